@@ -1,0 +1,215 @@
+"""Safe checkpoint loading for fairseq on torch >= 2.6.
+
+torch >= 2.6 loads pickles with ``weights_only=True`` by default: only tensors,
+primitive containers and explicitly allow-listed classes may be rebuilt, and
+nothing else is ever called.  fairseq 0.12 checkpoints contain a few more
+classes, so every fairseq CLI fails with "Unsupported global".  The wrong fix is
+``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` (it lets any pickle run code).  This
+module allow-lists exactly what a fairseq checkpoint holds (measured on 53
+checkpoints of 8 kinds, see ``../shared/notes`` / ``docs/checkpoints.md``):
+
+* legacy ``--arch`` models: ``argparse.Namespace``;
+* numpy values in ``extra_state`` (``--eval-bleu`` counts, numpy scalars logged
+  by criterions): numpy's ``_reconstruct``/``scalar`` (under the numpy 2 and
+  the numpy 1 module names), ``ndarray``, ``dtype`` and the concrete
+  ``numpy.dtypes.*DType`` classes;
+* distributed resume (rank 0 re-pickles the state for the other ranks):
+  omegaconf containers and nodes, ``typing.Any``, ``collections.defaultdict``,
+  builtins and fairseq's ``_TensorPlaceholder``.
+
+:func:`install` (run when the plugin is imported, i.e. by ``--user-dir``) adds
+these to torch's allow-list and wraps fairseq's checkpoint readers so that a
+refused file raises :class:`UnsafeCheckpointError` naming the file, instead of
+torch's generic message.  Protection stays on even when
+``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` is set in the environment: the variable is
+ignored for the duration of a fairseq checkpoint load (with a warning).
+
+:func:`load_checkpoint` is the project's own loader (used by the averaging and
+student-extraction tools); it always passes ``weights_only=True``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import functools
+import logging
+import os
+import pickle
+import typing
+import warnings
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+_NO_WO_ENV = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
+
+
+class UnsafeCheckpointError(RuntimeError):
+    """A checkpoint pickles something other than weights and plain config."""
+
+
+class CorruptCheckpointError(RuntimeError):
+    """A checkpoint file is truncated, empty or not a torch file."""
+
+
+def _numpy_globals():
+    import numpy as np
+
+    out = [np.ndarray, np.dtype]
+    try:  # numpy >= 2
+        from numpy._core import multiarray as ma
+
+        mod = "numpy._core.multiarray"
+    except ImportError:  # numpy 1.x
+        from numpy.core import multiarray as ma  # type: ignore
+
+        mod = "numpy.core.multiarray"
+    for fn in (ma._reconstruct, ma.scalar):
+        out.append(fn)
+        # files written by the other numpy major version name the other module
+        for other in ("numpy.core.multiarray", "numpy._core.multiarray"):
+            if other != mod:
+                out.append((fn, f"{other}.{fn.__name__}"))
+    dtypes = getattr(np, "dtypes", None)
+    if dtypes is not None:  # the concrete DType classes are needed at load time
+        for name in dir(dtypes):
+            obj = getattr(dtypes, name)
+            if isinstance(obj, type) and name.endswith("DType"):
+                out.append(obj)
+    return out
+
+
+def _omegaconf_globals():
+    out = []
+    try:
+        from omegaconf import DictConfig, ListConfig
+        from omegaconf.base import ContainerMetadata, Metadata
+        from omegaconf.nodes import AnyNode
+
+        out += [DictConfig, ListConfig, ContainerMetadata, Metadata, AnyNode]
+    except ImportError:  # pragma: no cover - omegaconf is a fairseq dependency
+        pass
+    try:
+        from fairseq.distributed.utils import _TensorPlaceholder
+
+        out.append(_TensorPlaceholder)
+    except ImportError:  # pragma: no cover
+        pass
+    return out
+
+
+def safe_globals() -> list:
+    """Everything a fairseq checkpoint may reference, and nothing else."""
+    return (
+        [argparse.Namespace]
+        + _numpy_globals()
+        + _omegaconf_globals()
+        + [(typing.Any, "typing.Any"), collections.defaultdict, dict, list, int]
+    )
+
+
+@contextlib.contextmanager
+def _weights_only_enforced():
+    """Ignore TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD while a checkpoint is read."""
+    value = os.environ.pop(_NO_WO_ENV, None)
+    if value is not None:
+        warnings.warn(
+            f"{_NO_WO_ENV} is set; deepnmt_fairseq keeps weights-only loading on "
+            "for fairseq checkpoints (the variable is ignored while loading).",
+            stacklevel=3,
+        )
+    try:
+        yield
+    finally:
+        if value is not None:
+            os.environ[_NO_WO_ENV] = value
+
+
+def _explain(path, err: BaseException) -> Exception:
+    msg = str(err)
+    if isinstance(err, pickle.UnpicklingError) and (
+        "weights_only" in msg or "Unsupported global" in msg or "Weights only load failed" in msg
+    ):
+        first = next((ln.strip() for ln in msg.splitlines() if "GLOBAL" in ln or "global" in ln), "")
+        return UnsafeCheckpointError(
+            f"Refusing to load checkpoint {path}: it pickles objects other than "
+            f"weights and fairseq configuration, which could run arbitrary code. "
+            f"Nothing from it was executed. ({first or msg.splitlines()[0]}) "
+            f"If you trust this file and know the class is harmless, allow-list it "
+            f"with torch.serialization.add_safe_globals([...]) before loading."
+        )
+    if isinstance(err, (EOFError, RuntimeError, pickle.UnpicklingError)) and any(
+        k in msg
+        for k in ("PytorchStreamReader", "failed finding central directory", "Ran out of input",
+                  "invalid load key", "unexpected EOF", "not a zip", "truncated")
+    ) or isinstance(err, EOFError):
+        return CorruptCheckpointError(
+            f"Cannot read checkpoint {path}: the file is truncated or corrupted "
+            f"({msg.splitlines()[0] if msg else type(err).__name__}). If a save was "
+            f"interrupted, use the previous checkpoint (e.g. checkpoint_last.pt is "
+            f"written atomically by fairseq only after the save completed)."
+        )
+    return err
+
+
+def _path_of(args, kwargs, name="path"):
+    if args:
+        return args[0]
+    return kwargs.get(name, kwargs.get("fpath", "<checkpoint>"))
+
+
+def _wrap_loader(fn):
+    if getattr(fn, "_deepnmt_safe", False):
+        return fn
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with _weights_only_enforced():
+            try:
+                return fn(*args, **kwargs)
+            except (pickle.UnpicklingError, EOFError, RuntimeError) as err:
+                new = _explain(_path_of(args, kwargs), err)
+                if new is err:
+                    raise
+                raise new from err
+
+    wrapper._deepnmt_safe = True
+    return wrapper
+
+
+_INSTALLED = False
+
+
+def install() -> None:
+    """Allow-list fairseq's checkpoint classes and wrap fairseq's loaders (idempotent)."""
+    global _INSTALLED
+    if _INSTALLED:
+        return
+    torch.serialization.add_safe_globals(safe_globals())
+    try:
+        from fairseq import checkpoint_utils
+    except ImportError:  # pragma: no cover - plugin used without fairseq
+        _INSTALLED = True
+        return
+    for name in ("load_checkpoint_to_cpu", "load_ema_from_checkpoint"):
+        if hasattr(checkpoint_utils, name):
+            setattr(checkpoint_utils, name, _wrap_loader(getattr(checkpoint_utils, name)))
+    _INSTALLED = True
+
+
+def load_checkpoint(path: str, map_location="cpu") -> dict:
+    """Load a fairseq checkpoint with ``weights_only=True``; clear errors on refusal."""
+    install()
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    try:
+        with open(path, "rb") as f:
+            return torch.load(f, map_location=map_location, weights_only=True)
+    except (pickle.UnpicklingError, EOFError, RuntimeError) as err:
+        new = _explain(path, err)
+        if new is err:
+            raise
+        raise new from err

@@ -1,0 +1,1 @@
+"""Console tools of the plugin."""

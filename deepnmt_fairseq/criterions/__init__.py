@@ -1,0 +1,1 @@
+"""Criterions (fairseq does not auto-import criterions from --user-dir)."""

@@ -1,0 +1,4 @@
+"""Models of the plugin (auto-imported by fairseq's ``--user-dir``)."""
+
+from . import deep_transformer  # noqa: F401  (registers the model)
+from . import architectures  # noqa: F401  (registers the named architectures)

@@ -1,0 +1,181 @@
+"""Command-line options of the deep Transformer family (one dataclass, one place).
+
+Every field becomes a ``--flag`` of ``--arch deepnmt_transformer`` and of every
+named architecture registered on it; named architectures only set defaults, so
+flags given on the command line always win.
+"""
+
+
+from dataclasses import dataclass, field, fields
+from typing import List, Optional
+
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+
+MEMORY_CHOICES = ChoiceEnum(["top", "transparent", "msc"])
+FUSION_CHOICES = ChoiceEnum(["gate", "add"])
+CONTEXT_CELL_CHOICES = ChoiceEnum(["gru", "ffn", "none"])
+SKIP_MODE_CHOICES = ChoiceEnum(["sublayer", "layer"])
+
+
+@dataclass
+class DeepTransformerOptions(FairseqDataclass):
+    # ---- what each decoder layer attends to ------------------------------
+    deep_memory: MEMORY_CHOICES = field(
+        default="top",
+        metadata={
+            "help": "what each decoder layer attends to: 'top' = the last encoder layer "
+            "(Vaswani et al. 2017); 'transparent' = its own learned softmax mix of all "
+            "encoder layer outputs, embeddings included (Bapna et al. 2018, Eq. 1-2); "
+            "'msc' = encoder block n and context state C^n for decoder layer n "
+            "(Wei et al. 2020, Eq. 7, 11, 13)"
+        },
+    )
+    # ---- MSC (Wei et al. 2020) --------------------------------------------
+    msc_block_layers: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "MSC: layers per encoder block, one M for all N blocks or a comma "
+            "list M_1,...,M_N (Eq. 5-6). N is --decoder-layers; --encoder-layers must "
+            "equal the sum (it is derived when not given)"
+        },
+    )
+    msc_fusion: FUSION_CHOICES = field(
+        default="gate",
+        metadata={
+            "help": "MSC feature fusion: 'gate' g*ATTN_h + (1-g)*ATTN_c with "
+            "g = sigmoid(W1 ATTN_h + W2 ATTN_c + b) (Eq. 12-13), or 'add' (Table 5 ablation)"
+        },
+    )
+    msc_context_cell: CONTEXT_CELL_CHOICES = field(
+        default="gru",
+        metadata={
+            "help": "MSC contextual collaboration cell Q of Eq. 9: 'gru' (shared GRU "
+            "cell), 'ffn' (Table 5 ablation) or 'none' (no contextual collaboration: "
+            "pure block-scale collaboration, Table 5)"
+        },
+    )
+    msc_no_encoder_context: bool = field(
+        default=False,
+        metadata={
+            "help": "MSC ablation 'remove CXT-ENC attention' (Table 5): encoder layers do "
+            "not attend to C^{n-1} (Eq. 10-12); the decoder still attends to C^n (Eq. 13)"
+        },
+    )
+    # ---- transparent attention (Bapna et al. 2018) ------------------------
+    transparent_dropout: float = field(
+        default=0.1,
+        metadata={
+            "help": "dropout on the transparent-attention weight matrix W before the "
+            "softmax (Eq. 1; the paper gives no value)"
+        },
+    )
+    # ---- cross-attention drop (deep-decoder paper, Sec. 3.3) ---------------
+    cad_drop_depth: int = field(
+        default=0,
+        metadata={
+            "help": "CAD drop depth L_dr: decoder layers 1..L_dr drop their cross-attention "
+            "with probability --cad-drop-ratio; layers above always keep it (our reading "
+            "of Sec. 3.3 vs Sec. 4.3, see docs)"
+        },
+    )
+    cad_drop_ratio: float = field(
+        default=0.0,
+        metadata={
+            "help": "CAD drop ratio p_net. 1.0 = layers 1..L_dr are built without "
+            "cross-attention; 0 < p < 1 = dropped in training only"
+        },
+    )
+    # ---- skipping sub-layer (Li et al. 2021, Eq. 3-6) ---------------------
+    ssl_rate: float = field(
+        default=0.0,
+        metadata={
+            "help": "skipping sub-layer phi: sub-layer l of 2L is omitted in training with "
+            "p_l = l/(2L)*phi and scaled by 1-p_l at inference (Eq. 5-6; paper: 0.4). "
+            "0 disables"
+        },
+    )
+    ssl_mode: SKIP_MODE_CHOICES = field(
+        default="sublayer",
+        metadata={
+            "help": "'sublayer' = skipping sub-layer (Li et al. 2021); 'layer' = "
+            "Stochastic Layers (Pham et al. 2019): whole layers with p_l = l/L*rate (Table 4)"
+        },
+    )
+    ssl_decoder: bool = field(
+        default=False, metadata={"help": "also skip decoder sub-layers (default: encoder only)"}
+    )
+    ssl_start_update: int = field(
+        default=0,
+        metadata={
+            "help": "two-stage training: skipping starts after this many updates "
+            "(the paper fine-tunes a converged model; 0 = from the start)"
+        },
+    )
+    # ---- group permutation (Li et al. 2021) -------------------------------
+    gp_group_size: int = field(
+        default=1,
+        metadata={
+            "help": "GP: encoder layers are permuted in training within contiguous groups "
+            "of h layers (h = N/M); 1 disables"
+        },
+    )
+    gp_decoder_group_size: int = field(
+        default=1, metadata={"help": "GP for the decoder layers (DESDAR students); 1 disables"}
+    )
+    # ---- relative positions (Shaw et al. 2018, as used by GPKD) -----------
+    rpr_max_relative_position: int = field(
+        default=0,
+        metadata={
+            "help": "relative position representations in self-attention with clipping "
+            "distance k (GPKD uses k=8); 0 disables"
+        },
+    )
+    rpr_values: bool = field(
+        default=False, metadata={"help": "also add relative position embeddings to the values"}
+    )
+
+    @classmethod
+    def from_args(cls, args):
+        """Read the options from an argparse namespace or a TransformerConfig."""
+        opts = cls()
+        for f in fields(cls):
+            value = getattr(args, f.name, None)
+            if value is not None:
+                setattr(opts, f.name, value)
+        return opts
+
+    # ---- derived -----------------------------------------------------------
+    def block_sizes(self, encoder_layers: Optional[int], num_blocks: int) -> List[int]:
+        """Layers per MSC encoder block (validated against the layer counts)."""
+        spec = self.msc_block_layers
+        if spec in (None, ""):
+            if not encoder_layers or encoder_layers % num_blocks != 0:
+                raise ValueError(
+                    f"--deep-memory msc: --encoder-layers ({encoder_layers}) must be a multiple "
+                    f"of the number of blocks (= --decoder-layers = {num_blocks}), or give "
+                    f"--msc-block-layers"
+                )
+            return [encoder_layers // num_blocks] * num_blocks
+        try:
+            sizes = [int(s) for s in str(spec).split(",") if s.strip()]
+        except ValueError:
+            raise ValueError(f"--msc-block-layers must be integers, got {spec!r}") from None
+        if len(sizes) == 1:
+            sizes = sizes * num_blocks
+        if len(sizes) != num_blocks:
+            raise ValueError(
+                f"--msc-block-layers lists {len(sizes)} blocks but --decoder-layers is "
+                f"{num_blocks}: MSC decoder layer n attends to encoder block n (Eq. 7)"
+            )
+        if any(s < 1 for s in sizes):
+            raise ValueError(f"--msc-block-layers: every block needs >= 1 layer, got {spec!r}")
+        if encoder_layers is not None and encoder_layers != sum(sizes):
+            raise ValueError(
+                f"--encoder-layers ({encoder_layers}) does not match --msc-block-layers "
+                f"{spec!r} (sum {sum(sizes)})"
+            )
+        return sizes
+
+    @property
+    def msc_context(self) -> bool:
+        return self.deep_memory == "msc" and self.msc_context_cell != "none"

@@ -1,0 +1,1 @@
+"""Plain-PyTorch mechanisms, one concept per module, no fairseq imports."""

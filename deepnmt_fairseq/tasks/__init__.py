@@ -1,0 +1,1 @@
+"""Tasks (auto-imported by fairseq's --user-dir)."""
