@@ -16,6 +16,8 @@ from types import SimpleNamespace
 DEFAULT_VOCAB = {
     "MSC (Wei et al. 2020)": {"iwslt": 10150, "wmt": 37000},
     "Transparent (Bapna et al. 2018)": {"wmt": 32000},
+    "Deep decoder (CAD/CRT)": {"wmt": 37000},
+    "GPKD (Li et al. 2021)": {"wmt": 34000},
 }
 
 

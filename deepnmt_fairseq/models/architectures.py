@@ -31,13 +31,15 @@ def _set(args, **defaults):
 
 @register_model_architecture(MODEL_NAME, MODEL_NAME)
 def deep_base_architecture(args):
-    """Transformer base, pre-norm by default (Wang et al. 2019a, the papers' baseline)."""
-    _set(args, encoder_normalize_before=True, decoder_normalize_before=True, deep_memory="top",
+    """Transformer base, pre-norm by default (Wang et al. 2019a, the papers' baseline);
+    ``--post-norm`` switches both stacks to post-norm."""
+    post = getattr(args, "post_norm", False)
+    _set(args, encoder_normalize_before=not post, decoder_normalize_before=not post, deep_memory="top",
          msc_fusion="gate", msc_context_cell="gru", msc_no_encoder_context=False,
          transparent_dropout=0.1, cad_drop_depth=0, cad_drop_ratio=0.0, ssl_rate=0.0,
          ssl_mode="sublayer", ssl_decoder=False, ssl_start_update=0, gp_group_size=1,
          gp_decoder_group_size=1, rpr_max_relative_position=0, rpr_values=False,
-         msc_block_layers=None)
+         msc_block_layers=None, post_norm=post)
     if args.deep_memory == "msc" and getattr(args, "encoder_layers", None) is None:
         spec = args.msc_block_layers
         if spec not in (None, ""):
@@ -80,7 +82,7 @@ def _msc(args, blocks, per_block):
 
 
 def _norm(args, pre):
-    _set(args, encoder_normalize_before=pre, decoder_normalize_before=pre)
+    _set(args, post_norm=not pre)
 
 
 # --------------------------------------------------------------------------
@@ -233,3 +235,83 @@ def postnorm_wmt_big_6l(args):
     _wmt_big(args)
     deep_base_architecture(args)
 
+
+
+# --------------------------------------------------------------------------
+# Deep decoders: cross-attention drop + collapse-reducing training
+# (deep-decoder paper, Tables 1-3, Fig. 2).  WMT14, joint BPE 40k (vocab ~37k).
+# "DEEP" rows are plain pre-norm stacks; "_cad" rows add CAD with the defaults
+# below and are meant for --criterion collapse_reducing (CRT = DDR + ALD).
+DD = "Deep decoder (CAD/CRT)"
+
+
+def cad_defaults(decoder_layers: int):
+    """Drop depth and ratio for a decoder of this depth.
+
+    Fig. 2: a 27-layer decoder peaks at drop depth 21; we keep that fraction
+    (21/27) for other depths.  Sec. 4.3: at large drop depths a ratio below 1
+    (keeping some cross-attention) is better, so the ratio is 0.5 (the figure's
+    exact values are not given in the text).
+    """
+    return max(1, round(decoder_layers * 21 / 27)), 0.5
+
+
+def _register_dd(size, enc, dec, row, params, cad=False):
+    width = _wmt_base if size == "base" else _wmt_big
+    name = f"dd_{size}_{enc}_{dec}" + ("_cad" if cad else "")
+
+    @_arch(name, DD, row, params)
+    def fn(args):
+        _depth(args, enc, dec)
+        if cad:
+            depth, ratio = cad_defaults(dec)
+            _set(args, cad_drop_depth=depth, cad_drop_ratio=ratio)
+        width(args)
+        deep_base_architecture(args)
+
+    return fn
+
+
+_register_dd("base", 24, 6, "Table 1/2 (DeepE 24-6, base)", 118)
+_register_dd("base", 48, 6, "Table 1 (DeepE 48-6, base)", 194)
+_register_dd("base", 15, 15, "Table 1 (DEEP 15-15, base; DEEP-30L of Table 3)", 123)
+_register_dd("base", 15, 15, "Table 1/2/3 (DEEP+CAD+CRT 15-15, base)", 123, cad=True)
+_register_dd("base", 27, 27, "Table 1 (DEEP 27-27, base; DEEP-54L of Fig. 2)", 199)
+_register_dd("base", 27, 27, "Table 1 (DEEP+CAD+CRT 27-27, base)", 199, cad=True)
+_register_dd("base", 6, 24, "Table 2 (6-24, CAD+CRT)", None, cad=True)
+_register_dd("big", 24, 6, "Table 1 (DeepE 24-6, big)", 437)
+_register_dd("big", 15, 15, "Table 1 (DEEP 15-15, big)", 448)
+_register_dd("big", 15, 15, "Table 1 (DEEP+CAD+CRT 15-15, big)", 448, cad=True)
+
+
+# --------------------------------------------------------------------------
+# GPKD (Li et al. 2021, Tables 1, 2, 6): pre-norm Transformers with relative
+# position representations (Shaw et al. 2018, k = 8) in encoder and decoder
+# self-attention.  WMT En-De, joint vocabulary ~34k.  GP/SSL are training
+# options (--gp-group-size, --ssl-rate), not architectures.
+GPKD = "GPKD (Li et al. 2021)"
+
+
+def _register_rpr(name, size, enc, dec, row, params):
+    width = _wmt_base if size == "base" else _wmt_big
+
+    @_arch(name, GPKD, row, params)
+    def fn(args):
+        _depth(args, enc, dec)
+        _set(args, rpr_max_relative_position=8)
+        width(args)
+        deep_base_architecture(args)
+
+    return fn
+
+
+_register_rpr("rpr_base_6_6", "base", 6, 6, "Table 1 (Base-RPR-6L; GPKD 6-6 student)", 62)
+_register_rpr("rpr_deep_24_6", "base", 24, 6, "Table 1 (Deep-RPR-24L)", 118)
+_register_rpr("rpr_deep_48_6", "base", 48, 6, "Table 1/3 (Deep-RPR-48L)", 194)
+_register_rpr("rpr_big_6_6", "big", 6, 6, "Table 1 (Big-RPR-6L)", 211)
+_register_rpr("rpr_big_12_6", "big", 12, 6, "Table 1 (Big-RPR-12L)", 286)
+_register_rpr("desdar_48_3", "base", 48, 3, "Table 2 (DESDAR 48-3)", None)
+_register_rpr("desdar_48_1", "base", 48, 1, "Table 2 (DESDAR 48-1)", None)
+_register_rpr("gpkd_student_24_3", "base", 24, 3, "Table 6 (GPKD 24-3)", 106)
+_register_rpr("gpkd_student_24_1", "base", 24, 1, "Table 6 (GPKD 24-1)", 97)
+_register_rpr("gpkd_student_6_3", "base", 6, 3, "Table 6 (GPKD 6-3)", 48)

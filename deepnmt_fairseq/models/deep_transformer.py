@@ -52,6 +52,7 @@ from ..modules.group_permutation import check_group_size, layer_order
 from ..modules.layer_mix import LayerMix
 from ..modules.sublayer_skip import SublayerSkip
 from .context_attention import ContextFusionAttention
+from .relative_attention import RelativeContextFusionAttention, RelativeMultiheadAttention
 from .options import DeepTransformerOptions
 
 logger = logging.getLogger(__name__)
@@ -108,18 +109,17 @@ class DeepEncoderLayer(BranchScaleMixin, transformer_layer.TransformerEncoderLay
         super().__init__(cfg)
 
     def build_self_attention(self, embed_dim, cfg):
+        rpr = self._opts.rpr_max_relative_position
+        kwargs = dict(dropout=cfg.attention_dropout, self_attention=True, q_noise=self.quant_noise,
+                      qn_block_size=self.quant_noise_block_size)
+        if rpr > 0:
+            kwargs.update(max_relative_position=rpr, relative_values=self._opts.rpr_values)
         if self._context:
-            return ContextFusionAttention(
-                embed_dim,
-                cfg.encoder.attention_heads,
-                fusion=self._opts.msc_fusion,
-                context_query_norm=True,
-                gate_norm=True,
-                dropout=cfg.attention_dropout,
-                self_attention=True,
-                q_noise=self.quant_noise,
-                qn_block_size=self.quant_noise_block_size,
-            )
+            cls = RelativeContextFusionAttention if rpr > 0 else ContextFusionAttention
+            return cls(embed_dim, cfg.encoder.attention_heads, fusion=self._opts.msc_fusion,
+                       context_query_norm=True, gate_norm=True, **kwargs)
+        if rpr > 0:
+            return RelativeMultiheadAttention(embed_dim, cfg.encoder.attention_heads, **kwargs)
         return super().build_self_attention(embed_dim, cfg)
 
     def forward(
@@ -150,6 +150,18 @@ class DeepDecoderLayer(BranchScaleMixin, transformer_layer.TransformerDecoderLay
         self._opts = opts
         self._context = context and not no_encoder_attn
         super().__init__(cfg, no_encoder_attn)
+
+    def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
+        rpr = self._opts.rpr_max_relative_position
+        if rpr > 0:
+            if cfg.cross_self_attention or add_bias_kv or add_zero_attn:
+                raise ValueError("--rpr-max-relative-position cannot be combined with --cross-self-attention")
+            return RelativeMultiheadAttention(
+                embed_dim, cfg.decoder.attention_heads, max_relative_position=rpr,
+                relative_values=self._opts.rpr_values, dropout=cfg.attention_dropout,
+                q_noise=self.quant_noise, qn_block_size=self.quant_noise_block_size,
+            )
+        return super().build_self_attention(embed_dim, cfg, add_bias_kv, add_zero_attn)
 
     def build_encoder_attention(self, embed_dim, cfg):
         if self._context:
@@ -204,7 +216,7 @@ class _SkipScheduleMixin:
         if self.skip is not None:
             self.ssl_active.fill_(num_updates >= self.opts.ssl_start_update)
             self.skip.active = bool(self.ssl_active)
-        super().set_num_updates(num_updates)
+        # (no chaining: FairseqModel.set_num_updates already visits every submodule)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         key = prefix + "ssl_active"

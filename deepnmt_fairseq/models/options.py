@@ -19,6 +19,14 @@ SKIP_MODE_CHOICES = ChoiceEnum(["sublayer", "layer"])
 
 @dataclass
 class DeepTransformerOptions(FairseqDataclass):
+    post_norm: bool = field(
+        default=False,
+        metadata={
+            "help": "post-norm layers (LayerNorm after each residual, Vaswani et al. 2017) in "
+            "encoder and decoder instead of this plugin's pre-norm default (Wang et al. 2019a); "
+            "the 'plain deep stacks fail' baselines"
+        },
+    )
     # ---- what each decoder layer attends to ------------------------------
     deep_memory: MEMORY_CHOICES = field(
         default="top",

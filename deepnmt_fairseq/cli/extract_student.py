@@ -1,0 +1,185 @@
+"""Build a GPKD student from a teacher checkpoint: one layer per group (Li et al. 2021).
+
+    deepnmt-extract-student --teacher teacher.pt --encoder-group-size 8 --output student.pt
+    deepnmt-extract-student --teacher t.pt --encoder-group-size 2 --decoder-group-size 3 --select last ...
+    deepnmt-extract-student --teacher t.pt --encoder-layers-select 1,6,9,12,17,22 --output s.pt
+
+The teacher's N layers form contiguous groups of h; the student keeps one layer
+per group: ``random`` (the paper; ``--seed``), ``first``, ``last``, or an
+explicit 0-based index list (one index inside each group).  Progressive
+compression applies h = 2 repeatedly (train the student with GP, extract again).
+
+Embeddings, output projection, norms, dictionaries and every non-layer weight
+carry over unchanged.  With MSC blocks each block keeps M_n / h layers; with
+transparent attention the student mixes the embeddings and the *group outputs*
+(teacher rows 0, h, 2h, ... of W: the state the kept layer was trained to
+imitate); CAD's drop depth becomes the number of kept layers below it.
+
+The output is a normal fairseq checkpoint (config with the new layer counts, GP
+switched off, no optimizer state): it loads in ``fairseq-generate`` and serves
+as ``--finetune-from-model`` (or ``--restore-file`` with ``--reset-optimizer
+--reset-lr-scheduler --reset-meters --reset-dataloader``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import os
+import random
+import re
+import sys
+from typing import List, Optional
+
+import torch
+
+logger = logging.getLogger("deepnmt_fairseq.extract_student")
+
+
+def select_layers(num_layers: int, group_size: int, how: str = "random", seed: int = 1,
+                  explicit: Optional[List[int]] = None, side: str = "encoder") -> List[int]:
+    """0-based teacher layer indices, one per contiguous group of ``group_size``."""
+    flag = f"--{side}-group-size"
+    if group_size < 1 or num_layers % group_size != 0:
+        raise ValueError(f"{flag} {group_size} does not divide the {num_layers} {side} layers")
+    groups = num_layers // group_size
+    if explicit is not None:
+        if len(explicit) != groups:
+            raise ValueError(f"--{side}-layers-select needs {groups} indices (one per group), got {len(explicit)}")
+        for g, idx in enumerate(explicit):
+            if not g * group_size <= idx < (g + 1) * group_size:
+                raise ValueError(
+                    f"--{side}-layers-select: index {idx} is not in group {g} "
+                    f"(layers {g * group_size}..{(g + 1) * group_size - 1})"
+                )
+        return list(explicit)
+    rng = random.Random(seed)
+    pick = {"first": lambda g: 0, "last": lambda g: group_size - 1, "random": lambda g: rng.randrange(group_size)}
+    if how not in pick:
+        raise ValueError(f"unknown --select {how!r}")
+    return [g * group_size + pick[how](g) for g in range(groups)]
+
+
+_LAYER_KEY = re.compile(r"^(encoder|decoder)\.layers\.(\d+)\.(.*)$")
+
+
+def remap_state(model_state: dict, enc_keep: Optional[List[int]], dec_keep: Optional[List[int]],
+                enc_group: int = 1) -> dict:
+    """New state dict with only the kept layers, renumbered 0..M-1."""
+    maps = {"encoder": {old: new for new, old in enumerate(enc_keep)} if enc_keep is not None else None,
+            "decoder": {old: new for new, old in enumerate(dec_keep)} if dec_keep is not None else None}
+    out = {}
+    for key, value in model_state.items():
+        m = _LAYER_KEY.match(key)
+        if m and maps[m.group(1)] is not None:
+            side, idx, rest = m.group(1), int(m.group(2)), m.group(3)
+            if idx in maps[side]:
+                out[f"{side}.layers.{maps[side][idx]}.{rest}"] = value
+            continue
+        if key == "encoder.layer_mix.weight" and enc_keep is not None:
+            rows = [0] + [(g + 1) * enc_group for g in range(len(enc_keep))]
+            value = value[rows].clone()
+        out[key] = value
+    return out
+
+
+def _model_args(state: dict):
+    cfg = state.get("cfg")
+    if isinstance(cfg, dict) and cfg.get("model") is not None:
+        return cfg["model"]
+    if state.get("args") is not None:
+        return state["args"]
+    raise ValueError("checkpoint has neither cfg.model nor args")
+
+
+def extract(state: dict, enc_group: int = 1, dec_group: int = 1, how: str = "random", seed: int = 1,
+            enc_select: Optional[List[int]] = None, dec_select: Optional[List[int]] = None) -> dict:
+    """Student checkpoint dict from a teacher checkpoint dict (raw, as torch.load gives it)."""
+    args = _model_args(state)
+    new_args = copy.deepcopy(args)
+    n_enc, n_dec = int(args.encoder_layers), int(args.decoder_layers)
+    enc_keep = dec_keep = None
+    if enc_group > 1 or enc_select is not None:
+        enc_keep = select_layers(n_enc, enc_group if enc_group > 1 else n_enc // len(enc_select), how, seed,
+                                 enc_select, "encoder")
+        enc_group = n_enc // len(enc_keep)
+        new_args.encoder_layers = len(enc_keep)
+        if getattr(args, "deep_memory", "top") == "msc":
+            from ..models.options import DeepTransformerOptions
+
+            blocks = DeepTransformerOptions.from_args(args).block_sizes(n_enc, n_dec)
+            if any(m % enc_group for m in blocks):
+                raise ValueError(f"--encoder-group-size {enc_group} must divide every MSC block {blocks}")
+            new_args.msc_block_layers = ",".join(str(m // enc_group) for m in blocks)
+        if getattr(args, "gp_group_size", 1) > 1:
+            new_args.gp_group_size = 1
+    if dec_group > 1 or dec_select is not None:
+        if getattr(args, "deep_memory", "top") == "msc":
+            raise ValueError("an MSC decoder cannot be compressed: decoder layer n is tied to encoder block n")
+        dec_keep = select_layers(n_dec, dec_group if dec_group > 1 else n_dec // len(dec_select), how, seed + 1,
+                                 dec_select, "decoder")
+        new_args.decoder_layers = len(dec_keep)
+        depth = int(getattr(args, "cad_drop_depth", 0) or 0)
+        if depth:
+            new_args.cad_drop_depth = sum(1 for i in dec_keep if i < depth)
+        if getattr(args, "gp_decoder_group_size", 1) > 1:
+            new_args.gp_decoder_group_size = 1
+    if enc_keep is None and dec_keep is None:
+        raise ValueError("nothing to extract: give --encoder-group-size and/or --decoder-group-size (> 1)")
+    for side, keep in (("encoder", enc_keep), ("decoder", dec_keep)):
+        if keep is not None and getattr(args, f"{side}_layers_to_keep", None):
+            setattr(new_args, f"{side}_layers_to_keep", None)
+
+    student = {k: v for k, v in state.items() if k not in ("model", "last_optimizer_state")}
+    student["model"] = remap_state(state["model"], enc_keep, dec_keep, enc_group)
+    if isinstance(student.get("cfg"), dict) and student["cfg"].get("model") is not None:
+        student["cfg"] = dict(student["cfg"])
+        student["cfg"]["model"] = new_args
+    else:
+        student["args"] = new_args
+    extra = dict(student.get("extra_state") or {})
+    extra.pop("train_iterator", None)
+    extra["gpkd_student"] = {"encoder_layers": enc_keep, "decoder_layers": dec_keep, "select": how, "seed": seed}
+    student["extra_state"] = extra
+    return student
+
+
+def _ints(text):
+    return [int(x) for x in text.split(",") if x.strip()] if text else None
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--teacher", required=True, help="teacher checkpoint (.pt)")
+    p.add_argument("--output", required=True, help="student checkpoint to write")
+    p.add_argument("--encoder-group-size", type=int, default=1, help="h for the encoder (N/M); 1 = keep all")
+    p.add_argument("--decoder-group-size", type=int, default=1, help="h for the decoder; 1 = keep all")
+    p.add_argument("--select", choices=["random", "first", "last"], default="random")
+    p.add_argument("--encoder-layers-select", help="explicit 0-based encoder indices, one per group")
+    p.add_argument("--decoder-layers-select", help="explicit 0-based decoder indices, one per group")
+    p.add_argument("--seed", type=int, default=1, help="seed of --select random")
+    p.add_argument("--overwrite", action="store_true")
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    import deepnmt_fairseq  # noqa: F401
+    from ..checkpoint_safety import load_checkpoint
+    from .average_checkpoints import save_atomic
+
+    try:
+        state = load_checkpoint(a.teacher)
+        student = extract(state, a.encoder_group_size, a.decoder_group_size, a.select, a.seed,
+                          _ints(a.encoder_layers_select), _ints(a.decoder_layers_select))
+        student["extra_state"]["gpkd_student"]["teacher"] = os.path.abspath(a.teacher)
+        save_atomic(student, a.output, a.overwrite)
+    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    info = student["extra_state"]["gpkd_student"]
+    logger.info("student written to %s (encoder layers kept: %s, decoder layers kept: %s)",
+                a.output, info["encoder_layers"], info["decoder_layers"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

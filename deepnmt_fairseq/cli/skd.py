@@ -1,0 +1,187 @@
+"""Sequence-level knowledge distillation data (Kim & Rush 2016; GPKD stage 2).
+
+    deepnmt-skd --data data-bin --teacher teacher.pt --output skd-bin [--shards 8] \
+                [--beam 4 --lenpen 0.6] [--max-tokens 8192] [--cpu] [--fp16]
+
+The teacher translates the whole training split with ``fairseq-generate``
+(beam 4, length penalty 0.6 as in the paper), one shard at a time
+(``--num-shards/--shard-id``); each finished shard is kept, so an interrupted
+run resumes at the first unfinished shard.  The SKD corpus is the training
+sources with the teacher's outputs, in the original order, binarized with the
+teacher's dictionaries; valid and test keep their references (copied as they
+are).  Nothing is dropped: ``--required-batch-size-multiple 1``, no size
+filtering, and the script checks that every sentence id came back exactly once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import time
+from typing import Dict, List, Tuple
+
+
+def log(msg: str) -> None:
+    print(f"[skd {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _exe(name: str) -> str:
+    cand = os.path.join(os.path.dirname(sys.executable), name)
+    return cand if os.path.exists(cand) else name
+
+
+def language_pair(data: str) -> Tuple[str, str]:
+    """(src, tgt) from the binarized training files ``train.S-T.S.idx``."""
+    idx = sorted(glob.glob(os.path.join(data, "train.*-*.*.idx")))
+    if not idx:
+        raise ValueError(f"no binarized training split (train.SRC-TGT.*.idx) in {data}")
+    pair = os.path.basename(idx[0]).split(".")[1]
+    src, tgt = pair.split("-")
+    return src, tgt
+
+
+def parse_generate(path: str) -> Tuple[Dict[int, str], Dict[int, str]]:
+    """{id: source}, {id: best hypothesis} from fairseq-generate output."""
+    srcs, hyps = {}, {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if line.startswith("S-"):
+                tag, _, text = line.partition("\t")
+                srcs[int(tag[2:])] = text
+            elif line.startswith("H-"):
+                parts = line.split("\t")
+                sid = int(parts[0][2:])
+                if sid not in hyps:  # the best (first) hypothesis only
+                    hyps[sid] = parts[2] if len(parts) > 2 else ""
+    return srcs, hyps
+
+
+def dataset_size(data: str, src: str, tgt: str) -> int:
+    from fairseq.data import data_utils
+
+    ds = data_utils.load_indexed_dataset(os.path.join(data, f"train.{src}-{tgt}.{src}"), None)
+    if ds is None:
+        raise ValueError(f"cannot read the training split of {data}")
+    return len(ds)
+
+
+def translate_shard(a, shard: int, out_path: str, user_dir: str) -> None:
+    cmd = [_exe("fairseq-generate"), a.data, "--user-dir", user_dir, "--path", a.teacher,
+           "--gen-subset", "train", "--beam", str(a.beam), "--lenpen", str(a.lenpen),
+           "--max-len-a", str(a.max_len_a), "--max-len-b", str(a.max_len_b),
+           "--required-batch-size-multiple", "1", "--num-shards", str(a.shards), "--shard-id", str(shard),
+           "--nbest", "1"]
+    cmd += ["--max-tokens", str(a.max_tokens)] if a.max_tokens else ["--batch-size", str(a.batch_size)]
+    if a.cpu:
+        cmd.append("--cpu")
+    if a.fp16:
+        cmd.append("--fp16")
+    partial = out_path + ".partial"
+    with open(partial, "w", encoding="utf-8") as f:
+        res = subprocess.run(cmd, stdout=f)
+    if res.returncode != 0:
+        raise RuntimeError(f"fairseq-generate failed on shard {shard} (exit {res.returncode}); "
+                           f"re-run to resume from this shard")
+    os.replace(partial, out_path)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, help="binarized data (fairseq-preprocess output)")
+    p.add_argument("--teacher", required=True, help="teacher checkpoint")
+    p.add_argument("--output", required=True, help="directory for the binarized SKD data")
+    p.add_argument("--work-dir", help="shard outputs (default: OUTPUT.work)")
+    p.add_argument("--shards", type=int, default=1)
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--lenpen", type=float, default=0.6)
+    p.add_argument("--max-len-a", type=float, default=1.2)
+    p.add_argument("--max-len-b", type=int, default=10)
+    p.add_argument("--max-tokens", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--workers", type=int, default=1, help="fairseq-preprocess workers")
+    p.add_argument("--cpu", action="store_true")
+    p.add_argument("--fp16", action="store_true")
+    a = p.parse_args(argv)
+
+    import deepnmt_fairseq
+
+    if os.path.exists(os.path.join(a.output, ".done")):
+        log(f"{a.output} is complete; nothing to do (remove it to rebuild)")
+        return 0
+    if os.path.isdir(a.output) and os.listdir(a.output):
+        print(f"error: {a.output} exists and is not a finished SKD dataset; remove it or choose another --output",
+              file=sys.stderr)
+        return 1
+    try:
+        src, tgt = language_pair(a.data)
+        n = dataset_size(a.data, src, tgt)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    work = a.work_dir or a.output.rstrip("/") + ".work"
+    os.makedirs(work, exist_ok=True)
+    log(f"teacher {a.teacher} translates {n} training sentences ({src}->{tgt}) in {a.shards} shard(s)")
+    start = time.time()
+    srcs: Dict[int, str] = {}
+    hyps: Dict[int, str] = {}
+    for shard in range(a.shards):
+        out = os.path.join(work, f"shard{shard:04d}-of-{a.shards:04d}.txt")
+        if os.path.exists(out):
+            log(f"shard {shard + 1}/{a.shards}: done earlier, reusing {out}")
+        else:
+            t0 = time.time()
+            translate_shard(a, shard, out, deepnmt_fairseq.USER_DIR)
+            log(f"shard {shard + 1}/{a.shards}: translated in {time.time() - t0:.0f} s")
+        s, h = parse_generate(out)
+        dup = set(h) & set(hyps)
+        if dup:
+            print(f"error: sentence ids {sorted(dup)[:5]} appear in more than one shard", file=sys.stderr)
+            return 1
+        srcs.update(s)
+        hyps.update(h)
+        done_n = len(hyps)
+        eta = (time.time() - start) / max(shard + 1, 1) * (a.shards - shard - 1)
+        log(f"progress: {done_n}/{n} sentences ({100.0 * done_n / max(n, 1):.1f}%), ~{eta:.0f} s left")
+    missing = sorted(set(range(n)) - set(hyps))
+    if missing or set(srcs) != set(hyps):
+        print(f"error: {len(missing)} of {n} sentences were not translated (first ids: {missing[:10]})",
+              file=sys.stderr)
+        return 1
+
+    text = os.path.join(work, "text")
+    os.makedirs(text, exist_ok=True)
+    for lang, table in ((src, srcs), (tgt, hyps)):
+        with open(os.path.join(text, f"train.{lang}"), "w", encoding="utf-8") as f:
+            for i in range(n):
+                f.write(table[i] + "\n")
+    tmp_out = a.output.rstrip("/") + ".partial"
+    if os.path.exists(tmp_out):
+        shutil.rmtree(tmp_out)
+    res = subprocess.run([
+        _exe("fairseq-preprocess"), "--source-lang", src, "--target-lang", tgt,
+        "--trainpref", os.path.join(text, "train"), "--destdir", tmp_out,
+        "--srcdict", os.path.join(a.data, f"dict.{src}.txt"), "--tgtdict", os.path.join(a.data, f"dict.{tgt}.txt"),
+        "--workers", str(a.workers),
+    ])
+    if res.returncode != 0:
+        print("error: fairseq-preprocess failed", file=sys.stderr)
+        return 1
+    for split in ("valid", "test"):
+        for path in glob.glob(os.path.join(a.data, f"{split}*.{src}-{tgt}.*")):
+            shutil.copy2(path, tmp_out)
+    if os.path.exists(a.output):
+        os.rmdir(a.output)  # empty (checked above)
+    os.replace(tmp_out, a.output)
+    with open(os.path.join(a.output, ".done"), "w") as f:
+        f.write(f"teacher={os.path.abspath(a.teacher)} beam={a.beam} lenpen={a.lenpen} sentences={n}\n")
+    log(f"SKD data in {a.output} ({n} sentences, {time.time() - start:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

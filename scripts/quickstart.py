@@ -1,0 +1,243 @@
+#!/usr/bin/env python
+"""The whole job on the embedded LibreOffice-help corpus (en->de), on the CPU.
+
+    python scripts/quickstart.py [--work-dir work/quickstart] [--max-update N] ...
+
+Steps (each is skipped when its output is complete; nothing is overwritten):
+  1. tokenize (sacremoses) and learn/apply a joint BPE (subword-nmt);
+  2. fairseq-preprocess with a joined dictionary;
+  3. fairseq-train a small MSC model of this plugin (--user-dir);
+  4. average the last checkpoints (deepnmt-average-checkpoints);
+  5. fairseq-generate on the test split (beam 5, no sentence dropped);
+  6. detokenize and score with sacreBLEU, next to a copy-the-source baseline.
+
+A re-run with the same settings only prints the results; a re-run with other
+settings refuses to touch the existing work directory (use a new --work-dir).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "data" / "libreoffice-help" / "en-de"
+SRC, TGT = "en", "de"
+
+
+def log(msg: str) -> None:
+    print(f"[quickstart {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def bin_path(name: str) -> str:
+    exe = Path(sys.executable).with_name(name)
+    return str(exe) if exe.exists() else name
+
+
+def run(cmd, **kw) -> None:
+    cmd = [str(c) for c in cmd]
+    log("$ " + " ".join(cmd))
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    subprocess.run(cmd, check=True, env=env, **kw)
+
+
+def done(path: Path) -> bool:
+    return (path / ".done").exists()
+
+
+def mark(path: Path) -> None:
+    (path / ".done").write_text(time.strftime("%Y-%m-%d %H:%M:%S\n"))
+
+
+def fresh_dir(path: Path) -> Path:
+    """An empty directory for a step whose previous attempt did not finish."""
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+# ---------------------------------------------------------------- step 1-2
+def prepare(work: Path, bpe_merges: int) -> Path:
+    from sacremoses import MosesTokenizer
+    from subword_nmt.apply_bpe import BPE
+    from subword_nmt.learn_bpe import learn_bpe
+
+    bin_dir = work / "data-bin"
+    if done(bin_dir):
+        log(f"data ready: {bin_dir}")
+        return bin_dir
+    tok = fresh_dir(work / "tok")
+    splits = ("train", "valid", "test")
+    for split in splits:
+        for lang in (SRC, TGT):
+            src = DATA / f"{split}.{lang}.gz"
+            if not src.exists():
+                raise SystemExit(f"missing embedded data file {src}")
+            mt = MosesTokenizer(lang=lang)
+            with gzip.open(src, "rt", encoding="utf-8") as f:
+                lines = [ln.rstrip("\n") for ln in f]
+            (tok / f"{split}.raw.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+            toks = [mt.tokenize(ln, escape=False, return_str=True) for ln in lines]
+            (tok / f"{split}.tok.{lang}").write_text("\n".join(toks) + "\n", encoding="utf-8")
+            log(f"tokenized {split}.{lang}: {len(lines)} lines")
+    codes = tok / "bpe.codes"
+    joint = [ln for lang in (SRC, TGT) for ln in (tok / f"train.tok.{lang}").read_text(encoding="utf-8").splitlines()]
+    with open(codes, "w", encoding="utf-8") as out:
+        learn_bpe(joint, out, bpe_merges, min_frequency=2)
+    log(f"learned {bpe_merges} joint BPE merges")
+    with open(codes, encoding="utf-8") as f:
+        bpe = BPE(f)
+    for split in splits:
+        for lang in (SRC, TGT):
+            lines = (tok / f"{split}.tok.{lang}").read_text(encoding="utf-8").splitlines()
+            (tok / f"{split}.bpe.{lang}").write_text(
+                "\n".join(bpe.process_line(ln) for ln in lines) + "\n", encoding="utf-8"
+            )
+    fresh_dir(bin_dir)
+    run([bin_path("fairseq-preprocess"), "--source-lang", SRC, "--target-lang", TGT,
+         "--trainpref", tok / "train.bpe", "--validpref", tok / "valid.bpe", "--testpref", tok / "test.bpe",
+         "--destdir", bin_dir, "--joined-dictionary", "--workers", "2"])
+    mark(bin_dir)
+    return bin_dir
+
+
+# ---------------------------------------------------------------- step 3-4
+def model_flags(a) -> list:
+    return [
+        "--arch", "deepnmt_transformer", "--deep-memory", "msc", "--msc-block-layers", str(a.block_layers),
+        "--decoder-layers", str(a.blocks), "--share-all-embeddings",
+        "--encoder-embed-dim", str(a.dim), "--decoder-embed-dim", str(a.dim),
+        "--encoder-ffn-embed-dim", str(2 * a.dim), "--decoder-ffn-embed-dim", str(2 * a.dim),
+        "--encoder-attention-heads", str(a.heads), "--decoder-attention-heads", str(a.heads),
+        "--dropout", "0.1", "--attention-dropout", "0.0",
+    ]
+
+
+def train(work: Path, bin_dir: Path, a) -> Path:
+    ckpt = work / "checkpoints"
+    avg = ckpt / "checkpoint_avg.pt"
+    if avg.exists():
+        log(f"model ready: {avg}")
+        return avg
+    ckpt.mkdir(parents=True, exist_ok=True)
+    if not done(ckpt):
+        run([bin_path("fairseq-train"), bin_dir, "--user-dir", REPO / "deepnmt_fairseq", *model_flags(a),
+             "--task", "translation", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+             "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
+             "--lr", str(a.lr), "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(a.warmup),
+             "--max-tokens", str(a.max_tokens), "--max-update", str(a.max_update),
+             "--save-dir", ckpt, "--save-interval-updates", str(a.save_every), "--keep-interval-updates",
+             str(a.average), "--keep-last-epochs", str(a.average), "--validate-interval-updates", str(a.save_every),
+             "--log-format", "simple", "--log-interval", "25", "--seed", str(a.seed), "--cpu",
+             "--num-workers", "0", "--skip-invalid-size-inputs-valid-test"])
+        mark(ckpt)
+    run([bin_path("deepnmt-average-checkpoints"), "--inputs", ckpt, "--num-checkpoints",
+         str(a.average), "--output", avg])
+    return avg
+
+
+# ---------------------------------------------------------------- step 5-6
+def evaluate(work: Path, bin_dir: Path, model: Path, a) -> dict:
+    import sacrebleu
+    from sacremoses import MosesDetokenizer
+
+    out_dir = work / "eval"
+    results = out_dir / "results.json"
+    if results.exists():
+        return json.loads(results.read_text())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    gen = out_dir / "generate-test.txt"
+    if not gen.exists():
+        tmp = gen.with_suffix(".partial")
+        with open(tmp, "w", encoding="utf-8") as f:
+            run([bin_path("fairseq-generate"), bin_dir, "--user-dir", REPO / "deepnmt_fairseq", "--path", model,
+                 "--gen-subset", "test", "--beam", "5", "--lenpen", "1.0", "--batch-size", "64",
+                 "--max-len-a", "1.2", "--max-len-b", str(a.max_len_b),
+                 "--required-batch-size-multiple", "1", "--remove-bpe", "--cpu"], stdout=f)
+        tmp.replace(gen)
+    hyps = {}
+    for line in gen.read_text(encoding="utf-8").splitlines():
+        if line.startswith("H-"):
+            tag, _, text = (line.split("\t") + ["", ""])[:3]
+            hyps[int(tag[2:])] = text
+    tok = work / "tok"
+    refs = (tok / f"test.raw.{TGT}").read_text(encoding="utf-8").splitlines()
+    srcs = (tok / f"test.raw.{SRC}").read_text(encoding="utf-8").splitlines()
+    if len(hyps) != len(refs):
+        raise SystemExit(f"fairseq-generate translated {len(hyps)} of {len(refs)} test sentences")
+    md = MosesDetokenizer(lang=TGT)
+    detok = [md.detokenize(hyps[i].split()) for i in range(len(refs))]
+    hyp_file = out_dir / f"test.hyp.{TGT}"
+    hyp_file.write_text("\n".join(detok) + "\n", encoding="utf-8")
+    metric = sacrebleu.BLEU()
+    bleu = metric.corpus_score(detok, [refs])
+    copy = sacrebleu.corpus_bleu(srcs, [refs])
+    tok_refs = (tok / f"test.tok.{TGT}").read_text(encoding="utf-8").splitlines()
+    tok_bleu = sacrebleu.corpus_bleu([hyps[i] for i in range(len(refs))], [tok_refs], tokenize="none", force=True)
+    res = {
+        "sacrebleu": round(bleu.score, 2),
+        "signature": str(metric.get_signature()),
+        "tokenized_bleu": round(tok_bleu.score, 2),
+        "copy_source_sacrebleu": round(copy.score, 2),
+        "sentences": len(refs),
+        "translations": str(hyp_file),
+        "model": str(model),
+    }
+    results.write_text(json.dumps(res, indent=2) + "\n")
+    return res
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--work-dir", default=str(REPO / "work" / "quickstart"))
+    p.add_argument("--bpe-merges", type=int, default=4000)
+    p.add_argument("--blocks", type=int, default=3, help="MSC blocks N = decoder layers")
+    p.add_argument("--block-layers", type=int, default=2, help="encoder layers per block M")
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--max-update", type=int, default=700)
+    p.add_argument("--max-tokens", type=int, default=2048)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--warmup", type=int, default=150)
+    p.add_argument("--save-every", type=int, default=100)
+    p.add_argument("--average", type=int, default=5, help="average the last K checkpoints")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--max-len-b", type=int, default=10, help="hypotheses are at most 1.2*src_len + b tokens")
+    a = p.parse_args(argv)
+    t0 = time.time()
+    work = Path(a.work_dir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    settings = {k: v for k, v in vars(a).items() if k != "work_dir"}
+    stamp = work / "settings.json"
+    if stamp.exists() and json.loads(stamp.read_text()) != settings:
+        old = json.loads(stamp.read_text())
+        diff = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
+        raise SystemExit(f"{work} holds a run with other settings {diff}; use another --work-dir")
+    stamp.write_text(json.dumps(settings, indent=2) + "\n")
+    os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+
+    bin_dir = prepare(work, a.bpe_merges)
+    model = train(work, bin_dir, a)
+    res = evaluate(work, bin_dir, model, a)
+    print()
+    print(f"sacreBLEU (detokenized, test, {res['sentences']} sentences): {res['sacrebleu']}")
+    print(f"  signature: {res['signature']}")
+    print(f"tokenized BLEU: {res['tokenized_bleu']}")
+    print(f"copy-the-source baseline (sacreBLEU): {res['copy_source_sacrebleu']}")
+    print(f"translations: {res['translations']}")
+    print(f"model:        {res['model']}")
+    print(f"results:      {work / 'eval' / 'results.json'}  ({time.time() - t0:.0f} s this run)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The whole test suite, installing what it needs first (the README's test command).
+#
+#   bash scripts/run_tests.sh [pytest args...]      e.g.  -m "not slow"   or   -k msc
+#
+# Sets up .venv with scripts/setup_env.sh (CPU torch, fairseq 0.12.3, this package),
+# then runs pytest.  Exit code 5 from pytest (no tests collected) is an error here:
+# it means the suite did not load, not that everything passed.
+set -uo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$HERE/scripts/setup_env.sh" || { echo "[tests] environment setup failed" >&2; exit 1; }
+VENV="${VENV:-$HERE/.venv}"
+# shellcheck disable=SC1091
+source "$VENV/bin/activate"
+cd "$HERE"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+start=$(date +%s)
+python -m pytest -q -p no:cacheprovider --durations=15 "$@"
+rc=$?
+echo "[tests] pytest exit code $rc after $(( $(date +%s) - start )) s" >&2
+if [[ $rc -eq 5 ]]; then
+  echo "[tests] ERROR: pytest collected no tests" >&2
+  exit 1
+fi
+exit $rc

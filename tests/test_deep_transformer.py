@@ -1,0 +1,212 @@
+"""The deep backbone in-process: memories, incremental decoding, beam search, configs."""
+
+import pytest
+import torch
+from fairseq.sequence_generator import SequenceGenerator
+
+from fairseq_helpers import build_model, random_batch
+
+TINY = ["--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
+        "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+        "--share-all-embeddings", "--dropout", "0.1", "--attention-dropout", "0.1"]
+
+CONFIGS = {
+    "prenorm": ["--encoder-layers", "4", "--decoder-layers", "2"],
+    "postnorm": ["--encoder-layers", "3", "--decoder-layers", "2", "--post-norm"],
+    "transparent": ["--deep-memory", "transparent", "--encoder-layers", "4", "--decoder-layers", "3"],
+    "transparent-postnorm": ["--deep-memory", "transparent", "--encoder-layers", "3", "--decoder-layers", "2",
+                             "--post-norm"],
+    "msc-gate": ["--deep-memory", "msc", "--msc-block-layers", "2", "--decoder-layers", "3"],
+    "msc-uneven-blocks": ["--deep-memory", "msc", "--msc-block-layers", "1,3,2", "--decoder-layers", "3"],
+    "msc-add": ["--deep-memory", "msc", "--msc-block-layers", "2", "--decoder-layers", "2", "--msc-fusion", "add"],
+    "msc-ffn-cell": ["--deep-memory", "msc", "--msc-block-layers", "2", "--decoder-layers", "2",
+                     "--msc-context-cell", "ffn"],
+    "msc-no-enc-ctx": ["--deep-memory", "msc", "--msc-block-layers", "2", "--decoder-layers", "2",
+                       "--msc-no-encoder-context"],
+    "msc-no-ctx": ["--deep-memory", "msc", "--msc-block-layers", "2", "--decoder-layers", "2",
+                   "--msc-context-cell", "none"],
+    "msc-postnorm": ["--deep-memory", "msc", "--msc-block-layers", "2", "--decoder-layers", "2",
+                     "--post-norm"],
+}
+
+
+def _model(name, extra=(), seed=0):
+    return build_model("deepnmt_transformer", TINY + CONFIGS[name] + list(extra), seed=seed)
+
+
+def _incremental(model, src, lens, tgt):
+    enc = model.encoder(src, lens)
+    state = {}
+    steps = [model.decoder(tgt[:, : t + 1], encoder_out=enc, incremental_state=state)[0] for t in range(tgt.size(1))]
+    return torch.cat(steps, 1)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_incremental_decoding_equals_full_forward(name):
+    model = _model(name).eval()
+    src, lens, tgt = random_batch(model, bsz=3, src_len=7, tgt_len=6)
+    with torch.no_grad():
+        full, _ = model(src, lens, tgt)
+        inc = _incremental(model, src, lens, tgt)
+    assert (full - inc).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("name", ["prenorm", "transparent", "msc-gate", "msc-add"])
+def test_training_step_reaches_every_parameter(name):
+    model = _model(name).train()
+    src, lens, tgt = random_batch(model)
+    out, _ = model(src, lens, tgt)
+    out.float().log_softmax(-1).mean().backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None]
+    assert not missing, missing
+
+
+def _generate(model, src, lens, beam=4):
+    gen = SequenceGenerator([model], model.decoder.dictionary, beam_size=beam, max_len_b=8)
+    sample = {"net_input": {"src_tokens": src, "src_lengths": lens}}
+    with torch.no_grad():
+        hyps = gen.generate([model], sample)
+    return [h[0]["tokens"].tolist() for h in hyps]
+
+
+@pytest.mark.parametrize("name", ["prenorm", "transparent", "msc-gate", "msc-no-enc-ctx"])
+def test_beam_search_alone_equals_in_batch(name):
+    model = _model(name, seed=3).eval().double()
+    d = model.encoder.dictionary
+    src, lens, _ = random_batch(model, bsz=4, src_len=9, tgt_len=3, seed=5)
+    src[1, :4] = d.pad()  # sentences of different lengths (left padding)
+    lens[1] = 5
+    src[3, :2] = d.pad()
+    lens[3] = 7
+    batch = _generate(model, src, lens)
+    for i in range(4):
+        alone_src = src[i: i + 1, src.size(1) - lens[i]:]
+        assert _generate(model, alone_src, lens[i: i + 1]) == [batch[i]], f"sentence {i}"
+
+
+@pytest.mark.parametrize("name", ["transparent", "msc-gate", "msc-no-ctx"])
+def test_reorder_encoder_out_reorders_memories(name):
+    model = _model(name).eval()
+    src, lens, _ = random_batch(model, bsz=3)
+    enc = model.encoder(src, lens)
+    order = torch.tensor([2, 0, 0, 1])
+    re = model.encoder.reorder_encoder_out(enc, order)
+    assert torch.equal(re["deepnmt_memory"][0], enc["deepnmt_memory"][0][:, :, order])
+    assert torch.equal(re["deepnmt_memory_padding_mask"][0], enc["deepnmt_memory_padding_mask"][0][order])
+    with torch.no_grad():  # and the decoder gives the reordered outputs
+        tgt = torch.full((3, 2), model.decoder.dictionary.eos())
+        a = model.decoder(tgt[order], encoder_out=re)[0]
+        b = model.decoder(tgt, encoder_out=enc)[0][order]
+    assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_memories_computed_without_return_all_hiddens():
+    model = _model("msc-gate").eval()
+    src, lens, _ = random_batch(model)
+    enc = model.encoder(src, lens, return_all_hiddens=False)  # what fairseq-generate does
+    assert enc["deepnmt_memory"][0].shape[0] == 3 and enc["encoder_states"] == []
+
+
+def test_msc_memory_is_block_output_and_context_chain():
+    """memory n = [LN(B_e^n); C^n], C^0 = embedded source, C^n = GRU(C^{n-1}, B_e^n)."""
+    model = _model("msc-uneven-blocks").eval()
+    src, lens, _ = random_batch(model)
+    with torch.no_grad():
+        enc = model.encoder(src, lens, return_all_hiddens=True)
+        states = enc["encoder_states"]  # embeddings + one per layer
+        T = src.size(1)
+        mem = enc["deepnmt_memory"][0]
+        ends = [1, 4, 6]  # blocks of 1, 3, 2 layers
+        c = states[0]
+        for n, end in enumerate(ends):
+            block = model.encoder.layer_norm(states[end])
+            assert torch.allclose(mem[n, :T], block, atol=1e-6)
+            c = model.encoder.context_cell(c, block)
+            assert torch.allclose(mem[n, T:], c, atol=1e-6)
+
+
+def test_msc_decoder_layer_n_attends_block_n():
+    model = _model("msc-gate").eval()
+    src, lens, tgt = random_batch(model)
+    seen = {}
+    for n, layer in enumerate(model.decoder.layers):
+        layer.encoder_attn.register_forward_hook(
+            lambda mod, args, kwargs, out, n=n: seen.__setitem__(n, kwargs.get("key", args[1] if len(args) > 1 else None)),
+            with_kwargs=True,
+        )
+    with torch.no_grad():
+        enc = model.encoder(src, lens)
+        model.decoder(tgt, encoder_out=enc)
+    mem = enc["deepnmt_memory"][0]
+    for n in range(3):
+        assert torch.equal(seen[n], mem[n])
+    assert not torch.allclose(mem[0], mem[2])
+
+
+def test_transparent_memory_is_normalised_softmax_mix():
+    model = _model("transparent").eval()
+    with torch.no_grad():
+        model.encoder.layer_mix.weight.normal_()
+    src, lens, _ = random_batch(model)
+    with torch.no_grad():
+        enc = model.encoder(src, lens, return_all_hiddens=True)
+        states = torch.stack(enc["encoder_states"])
+        s = torch.softmax(model.encoder.layer_mix.weight, 0)
+        for j in range(3):
+            z = model.encoder.layer_norm((s[:, j, None, None, None] * states).sum(0))
+            assert torch.allclose(enc["deepnmt_memory"][0][j], z, atol=1e-5)
+
+
+def test_activation_checkpointing_gives_same_gradients():
+    grads = []
+    for ckpt in ([], ["--checkpoint-activations"]):
+        model = _model("msc-gate", ckpt, seed=1).train()
+        src, lens, tgt = random_batch(model)
+        torch.manual_seed(7)
+        out, _ = model(src, lens, tgt)
+        out.float().log_softmax(-1).mean().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    assert grads[0].keys() == grads[1].keys()
+    for n in grads[0]:
+        assert torch.allclose(grads[0][n], grads[1][n], atol=1e-6), n
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--deep-memory", "msc", "--msc-block-layers", "2,2", "--decoder-layers", "3"], "--msc-block-layers"),
+        (["--deep-memory", "msc", "--msc-block-layers", "2", "--encoder-layers", "5", "--decoder-layers", "3"],
+         "--encoder-layers"),
+        (["--deep-memory", "msc", "--encoder-layers", "5", "--decoder-layers", "3"], "multiple"),
+        (["--deep-memory", "transparent", "--encoder-layers", "0", "--decoder-layers", "2"], "--encoder-layers >= 1"),
+        (["--encoder-layers", "5", "--gp-group-size", "2"], "--gp-group-size"),
+        (["--deep-memory", "msc", "--msc-block-layers", "3", "--decoder-layers", "2", "--gp-group-size", "2"],
+         "--gp-group-size"),
+        (["--decoder-layers", "3", "--cad-drop-depth", "4", "--cad-drop-ratio", "0.5"], "--cad-drop-depth"),
+        (["--deep-memory", "msc", "--msc-block-layers", "2", "--decoder-layers", "2", "--gp-decoder-group-size", "2"],
+         "--gp-decoder-group-size"),
+    ],
+)
+def test_bad_configs_fail_at_build_naming_the_flag(extra, message):
+    with pytest.raises(ValueError, match=message):
+        build_model("deepnmt_transformer", TINY + extra)
+
+
+@pytest.mark.parametrize("arch, paper", [("prenorm_iwslt_6l", 10.5), ("msc_iwslt_6l", 15.6), ("msc_iwslt_36l", 43.3),
+                                         ("msc_iwslt_54l", 60.0), ("msc_iwslt_72l", 76.6)])
+def test_msc_table2_parameter_counts(arch, paper):
+    """Full-size IWSLT small models, joint vocabulary of 10,150, counted without training."""
+    from deepnmt_fairseq.cli.param_counts import build_model as build, count_parameters
+
+    n = count_parameters(build(arch, 10150))
+    assert round(n / 1e6, 1) == paper
+
+
+def test_named_architectures_set_defaults_but_flags_win():
+    model = build_model("msc_iwslt_36l", ["--dropout", "0.2"], vocab=30)
+    assert len(model.encoder.layers) == 36 and len(model.decoder.layers) == 6
+    assert model.encoder.msc_blocks == [6] * 6
+    assert model.encoder.dropout_module.p == 0.2
+    assert model.encoder.layer_norm is not None  # pre-norm
+    post = build_model("postnorm_iwslt_6l", [], vocab=30)
+    assert post.encoder.layer_norm is None

@@ -1,0 +1,45 @@
+"""The quickstart pipeline at smoke size: every step runs, a re-run redoes nothing."""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SMOKE = ["--max-update", "4", "--dim", "32", "--heads", "2", "--blocks", "2", "--block-layers", "1",
+         "--save-every", "2", "--average", "2", "--bpe-merges", "300", "--max-len-b", "3"]
+
+pytestmark = pytest.mark.slow
+
+
+def _run(work, *extra):
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "quickstart.py"), "--work-dir", str(work),
+                           *SMOKE, *extra], capture_output=True, text=True)
+
+
+def test_quickstart_smoke_and_rerun(tmp_path):
+    work = tmp_path / "qs"
+    first = _run(work)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-5000:]
+    res = json.loads((work / "eval" / "results.json").read_text())
+    assert res["sentences"] == 1059
+    assert "nrefs:1" in res["signature"] and "tok:13a" in res["signature"]
+    hyp_lines = Path(res["translations"]).read_text(encoding="utf-8").splitlines()
+    assert len(hyp_lines) == 1059  # every test sentence translated, in order
+    assert "sacreBLEU" in first.stdout and "copy-the-source baseline" in first.stdout
+    assert (work / "checkpoints" / "checkpoint_avg.pt").exists()
+
+    stamp = (work / "checkpoints" / "checkpoint_avg.pt").stat().st_mtime
+    t0 = time.time()
+    again = _run(work)
+    assert again.returncode == 0
+    assert "fairseq-train" not in again.stdout  # nothing redone
+    assert (work / "checkpoints" / "checkpoint_avg.pt").stat().st_mtime == stamp
+    assert time.time() - t0 < 30
+
+    other = _run(work, "--seed", "2")
+    assert other.returncode != 0 and "other settings" in other.stderr
+    assert json.loads((work / "eval" / "results.json").read_text()) == res  # nothing destroyed
