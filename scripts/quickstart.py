@@ -136,7 +136,7 @@ def train(work: Path, bin_dir: Path, a) -> Path:
              "--lr", str(a.lr), "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(a.warmup),
              "--max-tokens", str(a.max_tokens), "--max-update", str(a.max_update),
              "--save-dir", ckpt, "--save-interval-updates", str(a.save_every), "--keep-interval-updates",
-             str(a.average), "--keep-last-epochs", str(a.average), "--validate-interval-updates", str(a.save_every),
+             str(a.average), "--keep-last-epochs", str(a.average), "--validate-interval-updates", str(4 * a.save_every),
              "--log-format", "simple", "--log-interval", "25", "--seed", str(a.seed), "--cpu",
              "--num-workers", "0", "--skip-invalid-size-inputs-valid-test"])
         mark(ckpt)
@@ -204,12 +204,12 @@ def main(argv=None) -> int:
     p.add_argument("--block-layers", type=int, default=2, help="encoder layers per block M")
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--max-update", type=int, default=700)
+    p.add_argument("--max-update", type=int, default=800)
     p.add_argument("--max-tokens", type=int, default=2048)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup", type=int, default=150)
-    p.add_argument("--save-every", type=int, default=100)
-    p.add_argument("--average", type=int, default=5, help="average the last K checkpoints")
+    p.add_argument("--save-every", type=int, default=50)
+    p.add_argument("--average", type=int, default=3, help="average the last K checkpoints")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--max-len-b", type=int, default=10, help="hypotheses are at most 1.2*src_len + b tokens")
     a = p.parse_args(argv)

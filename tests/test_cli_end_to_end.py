@@ -125,3 +125,17 @@ def test_user_dir_one_liners(tmp_path):
     assert os.path.samefile(printed, USER_DIR)
     out = subprocess.run([sys.executable, "-m", "deepnmt_fairseq"], capture_output=True, text=True, check=True)
     assert os.path.samefile(out.stdout.strip().splitlines()[-1], USER_DIR)
+
+
+def test_collapse_reducing_criterion_trains_4_4_cad_model_and_decodes(data_bin, tmp_path):
+    save = tmp_path / "ckpt"
+    res = train(data_bin, save, "deepnmt_transformer",
+                [*tiny_model_flags(), "--share-all-embeddings", "--encoder-layers", "4", "--decoder-layers", "4",
+                 "--cad-drop-depth", "3", "--cad-drop-ratio", "0.5", "--ddr-alpha", "1.0", "--ald-alpha", "0.5",
+                 "--encoder-l2", "1e-5"],
+                criterion="collapse_reducing", max_update=3)
+    log = res.stdout + res.stderr
+    for term in ("ddr_loss", "ald_loss", "ce_loss", "encoder_l2"):
+        assert term in log, term  # each term logged separately
+    out = generate(data_bin, save / "checkpoint_last.pt", beam=3)
+    assert len(hypotheses(out.stdout)) == 10

@@ -27,6 +27,18 @@ CONFIGS = {
                    "--msc-context-cell", "none"],
     "msc-postnorm": ["--deep-memory", "msc", "--msc-block-layers", "2", "--decoder-layers", "2",
                      "--post-norm"],
+    "cad-half": ["--encoder-layers", "2", "--decoder-layers", "3", "--cad-drop-depth", "2", "--cad-drop-ratio", "0.5"],
+    "cad-full": ["--encoder-layers", "2", "--decoder-layers", "3", "--cad-drop-depth", "2", "--cad-drop-ratio", "1.0"],
+    "msc-cad": ["--deep-memory", "msc", "--msc-block-layers", "1", "--decoder-layers", "3", "--cad-drop-depth", "1",
+                "--cad-drop-ratio", "1.0"],
+    "transparent-cad": ["--deep-memory", "transparent", "--encoder-layers", "2", "--decoder-layers", "3",
+                        "--cad-drop-depth", "2", "--cad-drop-ratio", "0.5"],
+    "ssl-gp-rpr": ["--encoder-layers", "4", "--decoder-layers", "2", "--ssl-rate", "0.4", "--ssl-decoder",
+                   "--gp-group-size", "2", "--gp-decoder-group-size", "2", "--rpr-max-relative-position", "2"],
+    "stochastic-layers-layerdrop": ["--encoder-layers", "3", "--decoder-layers", "2", "--ssl-rate", "0.3",
+                                    "--ssl-mode", "layer", "--encoder-layerdrop", "0.2", "--decoder-layerdrop", "0.2"],
+    "msc-rpr-ssl": ["--deep-memory", "msc", "--msc-block-layers", "2", "--decoder-layers", "2",
+                    "--rpr-max-relative-position", "2", "--ssl-rate", "0.4", "--gp-group-size", "2"],
 }
 
 
@@ -51,14 +63,19 @@ def test_incremental_decoding_equals_full_forward(name):
     assert (full - inc).abs().max().item() <= 1e-5
 
 
-@pytest.mark.parametrize("name", ["prenorm", "transparent", "msc-gate", "msc-add"])
+@pytest.mark.parametrize("name", ["prenorm", "transparent", "msc-gate", "msc-add", "cad-half", "transparent-cad",
+                                  "stochastic-layers-layerdrop", "ssl-gp-rpr", "msc-rpr-ssl"])
 def test_training_step_reaches_every_parameter(name):
+    """Every parameter is in the graph of every step, whatever the coins (DDP-safe)."""
     model = _model(name).train()
     src, lens, tgt = random_batch(model)
-    out, _ = model(src, lens, tgt)
-    out.float().log_softmax(-1).mean().backward()
-    missing = [n for n, p in model.named_parameters() if p.grad is None]
-    assert not missing, missing
+    for seed in range(6):
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(seed)
+        out, _ = model(src, lens, tgt)
+        out.float().log_softmax(-1).mean().backward()
+        missing = [n for n, p in model.named_parameters() if p.grad is None]
+        assert not missing, (seed, missing)
 
 
 def _generate(model, src, lens, beam=4):

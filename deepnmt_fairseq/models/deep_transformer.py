@@ -71,6 +71,26 @@ def _wrap_layer(layer: nn.Module, cfg) -> nn.Module:
     return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
 
 
+def graph_tie(*modules: Optional[nn.Module]) -> Optional[Tensor]:
+    """A zero that depends on every parameter of ``modules``.
+
+    Added to the output when a stochastic choice (LayerDrop, cross-attention
+    drop) skips a module in training: the skipped parameters stay in the
+    autograd graph with an exact zero gradient, so DistributedDataParallel does
+    not fail on unused parameters, whatever the DDP backend.  It reads one
+    element per parameter, so it costs next to nothing.
+    """
+    tie = None
+    for m in modules:
+        if m is None:
+            continue
+        for p in m.parameters():
+            if p.requires_grad:
+                t = p.view(-1)[0]
+                tie = t if tie is None else tie + t
+    return None if tie is None else tie * 0.0
+
+
 def _layerdrop_coins(p: float, n: int, training: bool) -> List[bool]:
     """fairseq LayerDrop (Fan et al. 2020): which layers are dropped this pass."""
     if not training or p <= 0:
@@ -289,7 +309,11 @@ class DeepTransformerEncoder(_SkipScheduleMixin, TransformerEncoderBase):
         block_memories: List[Tensor] = []
 
         for pos, idx in enumerate(order):
-            if not dropped[pos]:
+            if dropped[pos]:
+                tie = graph_tie(self.layers[idx])
+                if tie is not None:
+                    x = x + tie
+            else:
                 kwargs: Dict[str, Any] = {}
                 if self._layer_context:
                     kwargs["context"], kwargs["context_padding_mask"] = context, pad
@@ -417,9 +441,14 @@ class DeepTransformerDecoder(_SkipScheduleMixin, TransformerDecoderBase):
         inner_states: List[Optional[Tensor]] = [x]
         for pos, idx in enumerate(order):
             if dropped[pos]:
+                tie = graph_tie(self.layers[idx])
+                x = x if tie is None else x + tie
                 inner_states.append(x)
                 continue
             memory = memories[idx] if keep_cross[idx] else None
+            if memory is None and self.training and self.layers[idx].encoder_attn is not None:
+                tie = graph_tie(self.layers[idx].encoder_attn, self.layers[idx].encoder_attn_layer_norm)
+                x = x if tie is None else x + tie
             kwargs = {}
             if scales is not None:
                 kwargs["branch_scales"] = scales[2 * pos: 2 * pos + 2]
@@ -433,6 +462,12 @@ class DeepTransformerDecoder(_SkipScheduleMixin, TransformerDecoderBase):
             if layer_attn is not None and idx == alignment_layer:
                 attn = layer_attn.float().to(x)
 
+        if self.training and encoder_out is not None and not any(
+            keep_cross[i] and self.layers[i].encoder_attn is not None for i in range(self.num_layers)
+        ):  # every cross-attention dropped this pass: keep the encoder in the graph (DDP)
+            mem = encoder_out.get(MEMORY_KEY) or encoder_out.get("encoder_out") or []
+            if len(mem) > 0:
+                x = x + mem[0].sum() * 0.0
         if attn is not None:
             if alignment_heads is not None:
                 attn = attn[:alignment_heads]

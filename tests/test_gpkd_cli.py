@@ -1,0 +1,113 @@
+"""GPKD tools end to end: student extraction and SKD data through the CLIs."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from fairseq_helpers import USER_DIR, generate, hypotheses, run_cli, tiny_model_flags, train
+
+pytestmark = pytest.mark.slow
+
+TEACHER = [*tiny_model_flags(), "--share-all-embeddings", "--encoder-layers", "8", "--decoder-layers", "2",
+           "--gp-group-size", "2", "--gp-decoder-group-size", "2", "--rpr-max-relative-position", "4",
+           "--ssl-rate", "0.4"]
+
+
+@pytest.fixture(scope="module")
+def teacher(data_bin, tmp_path_factory):
+    save = tmp_path_factory.mktemp("teacher")
+    train(data_bin, save, "deepnmt_transformer", TEACHER, max_update=3)
+    return save / "checkpoint_last.pt"
+
+
+def test_progressive_extraction_loads_in_generate_and_trains(teacher, data_bin, tmp_path):
+    """h = 2 applied three times: 8 -> 4 -> 2 -> 1 encoder layers; decoder 2 -> 1."""
+    from deepnmt_fairseq.checkpoint_safety import load_checkpoint
+
+    current = teacher
+    for step in range(3):
+        out = tmp_path / f"student{step}.pt"
+        args = ["--teacher", current, "--encoder-group-size", "2", "--output", out, "--seed", str(step)]
+        if step == 0:
+            args += ["--decoder-group-size", "2"]
+        run_cli("deepnmt-extract-student", *args)
+        cfg = load_checkpoint(str(out))["cfg"]["model"]
+        assert cfg.encoder_layers == 8 // 2 ** (step + 1) and cfg.decoder_layers == 1
+        assert cfg.gp_group_size == 1
+        res = generate(data_bin, out, beam=2)
+        assert len(hypotheses(res.stdout)) == 10
+        current = out
+    # the 1-layer student trains from the extracted weights (--finetune-from-model) ...
+    save = tmp_path / "ft"
+    train(data_bin, save, "deepnmt_transformer",
+          [*tiny_model_flags(), "--share-all-embeddings", "--encoder-layers", "1", "--decoder-layers", "1",
+           "--rpr-max-relative-position", "4", "--finetune-from-model", current], max_update=2)
+    assert (save / "checkpoint_last.pt").exists()
+    # ... or as --restore-file with the optimizer and data state reset
+    save2 = tmp_path / "restore"
+    res = train(data_bin, save2, "deepnmt_transformer",
+                [*tiny_model_flags(), "--share-all-embeddings", "--encoder-layers", "1", "--decoder-layers", "1",
+                 "--rpr-max-relative-position", "4", "--restore-file", current, "--reset-optimizer",
+                 "--reset-lr-scheduler", "--reset-meters", "--reset-dataloader"], max_update=2)
+    assert "loaded checkpoint" in (res.stdout + res.stderr)
+
+
+def test_extraction_refuses_bad_group_size(teacher, tmp_path):
+    res = run_cli("deepnmt-extract-student", "--teacher", teacher, "--encoder-group-size", "3",
+                  "--output", tmp_path / "x.pt", check=False)
+    assert res.returncode != 0 and "does not divide" in res.stderr
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_skd_data_is_complete_ordered_and_resumable(teacher, data_bin, tmp_path):
+    out = tmp_path / "skd-bin"
+    args = ["--data", data_bin, "--teacher", teacher, "--output", out, "--shards", "3", "--beam", "2",
+            "--batch-size", "7", "--cpu", "--max-len-b", "3"]
+    first = run_cli("deepnmt-skd", *args)
+    assert (out / ".done").exists()
+    assert "progress: 120/120" in first.stderr
+    work = tmp_path / "skd-bin.work"
+    src = (work / "text" / "train.src").read_text().splitlines()
+    # sources in the original order: compare with the binarized training data
+    from fairseq.data import Dictionary, data_utils
+
+    d = Dictionary.load(str(data_bin / "dict.src.txt"))
+    ds = data_utils.load_indexed_dataset(str(data_bin / "train.src-tgt.src"), d)
+    assert len(src) == len(ds) == 120
+    assert all(src[i] == d.string(ds[i]) for i in range(len(ds)))
+    tgt = (work / "text" / "train.tgt").read_text().splitlines()
+    assert len(tgt) == 120
+    # the student trains on it (valid/test kept)
+    assert (out / "valid.src-tgt.src.bin").exists()
+    # resumable: a finished run does nothing; a missing shard is redone alone
+    again = run_cli("deepnmt-skd", *args)
+    assert "nothing to do" in again.stderr
+    import shutil
+
+    shutil.rmtree(out)
+    shard1 = sorted(work.glob("shard*.txt"))[1]
+    shard1.unlink()
+    third = run_cli("deepnmt-skd", *args)
+    assert third.stderr.count("done earlier") == 2 and third.stderr.count("translated in") == 1
+    assert (work / "text" / "train.tgt").read_text().splitlines() == tgt
+
+
+def test_gpkd_pipeline_end_to_end_tiny(tmp_path):
+    """Teacher with GP + SSL -> SKD -> extraction -> student training -> evaluation, on the embedded corpus."""
+    import json
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    res = subprocess.run(
+        [sys.executable, os.path.join(repo, "scripts", "gpkd_pipeline.py"), "--tiny", "--work-dir", str(tmp_path),
+         "--teacher-arch", "rpr_base_6_6", "--encoder-group-size", "2", "--decoder-group-size", "1",
+         "--ssl-rate", "0.4", "--ssl-start-update", "3", "--skd-shards", "2"],
+        capture_output=True, text=True,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["student_layers"] == [2, 1]
+    assert 0.0 <= results["teacher_bleu"] <= 100 and 0.0 <= results["student_bleu"] <= 100
+    assert (tmp_path / "skd-bin" / ".done").exists()
