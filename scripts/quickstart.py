@@ -136,7 +136,7 @@ def train(work: Path, bin_dir: Path, a) -> Path:
              "--lr", str(a.lr), "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(a.warmup),
              "--max-tokens", str(a.max_tokens), "--max-update", str(a.max_update),
              "--save-dir", ckpt, "--save-interval-updates", str(a.save_every), "--keep-interval-updates",
-             str(a.average), "--keep-last-epochs", str(a.average), "--validate-interval-updates", str(4 * a.save_every),
+             str(a.average), "--keep-last-epochs", str(a.average), "--validate-after-updates", str(max(0, a.max_update - 3 * a.save_every)),
              "--log-format", "simple", "--log-interval", "25", "--seed", str(a.seed), "--cpu",
              "--num-workers", "0", "--skip-invalid-size-inputs-valid-test"])
         mark(ckpt)

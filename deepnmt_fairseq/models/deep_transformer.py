@@ -115,6 +115,8 @@ class BranchScaleMixin:
         if scales is not None:
             s = scales[self._branch_index]
             self._branch_index += 1
+            if s == 0.0:  # skipped: zero (not NaN, even if the branch overflowed in fp16)
+                return residual + torch.nan_to_num(x * 0.0, nan=0.0, posinf=0.0, neginf=0.0)
             if s is not None and s != 1.0:
                 x = x * s
         return residual + x
