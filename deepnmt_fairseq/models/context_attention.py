@@ -1,9 +1,10 @@
 """MSC fused attention: ATTN_h and ATTN_c combined by the gate (Wei et al. 2020).
 
 :class:`ContextFusionAttention` *is* fairseq's ``MultiheadAttention`` (its own
-projections are ATTN_h, so parameter names and caches stay those of a plain
-layer) plus a second attention ATTN_c over the context state C and a
-:class:`~deepnmt_fairseq.modules.gated_fusion.GatedFusion`.  It replaces
+projections are ATTN_h, so parameter names stay those of a plain layer) plus a
+second attention ATTN_c over the context state C (``context_attn``, whose
+projections it uses) and a :class:`~deepnmt_fairseq.modules.gated_fusion.GatedFusion`.
+It replaces
 
 * the encoder self-attention (Eq. 12): ATTN_h(H, H, H) fused with
   ATTN_c(H, C^{n-1}, C^{n-1}).  C^{n-1} is handed over by the encoder layer for
@@ -11,8 +12,14 @@ layer) plus a second attention ATTN_c over the context state C and a
 * the decoder cross-attention (Eq. 13): ATTN_h(O_d, B_e^n, B_e^n) fused with
   ATTN_c(O_d, C^n, C^n).  The encoder stores the decoder layer's memory as the
   time-concatenation [B_e^n; C^n] (and the padding mask twice), so fairseq's
-  decoder layer passes both through its normal ``encoder_out`` argument and the
-  static key/value cache of each attention is filled once per sentence.
+  decoder layer passes both through its normal ``encoder_out`` argument.
+
+Speed: both attentions read keys of the same length (C has one state per
+source position), so they run as **one** scaled-dot-product attention with 2H
+heads (H for ATTN_h, H for ATTN_c).  In incremental decoding the keys and
+values of both (and the normalised context) are computed once per sentence and
+cached together in this module's static buffer (shape (B, 2H, S, d_h), the
+layout fairseq's beam reordering expects).
 
 Normalisation (pre-norm reading, chosen to reproduce Table 2's parameter counts,
 see docs/parameter-counts.md): the context is layer-normalised before ATTN_c in
@@ -25,6 +32,7 @@ from __future__ import annotations
 from typing import Dict, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from fairseq.modules import LayerNorm, MultiheadAttention
 from torch import Tensor
 
@@ -62,6 +70,25 @@ class ContextFusionAttention(MultiheadAttention):
         """Encoder use: C^{n-1} ``(T, B, d)`` and its padding mask for the next call."""
         self._context = None if context is None else (context, padding_mask)
 
+    # ------------------------------------------------------------------ pieces
+    def _heads(self, x: Tensor) -> Tensor:
+        """(L, B, d) -> (B, H, L, d_h)"""
+        L, B, _ = x.shape
+        return x.view(L, B, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+
+    def _keys_values(self, block: Tensor, context: Tensor):
+        """(B, 2H, S, d_h) keys and values of [ATTN_h ; ATTN_c]."""
+        c = self.context_norm(context)
+        ctx = self.context_attn
+        k = torch.cat([self._heads(self.k_proj(block)), self._heads(ctx.k_proj(c))], dim=1)
+        v = torch.cat([self._heads(self.v_proj(block)), self._heads(ctx.v_proj(c))], dim=1)
+        return k, v
+
+    def relative_logits(self, q_h: Tensor, src_len: int, offset: int) -> Optional[Tensor]:
+        """Extra logits of ATTN_h (B, H, T, S); relative positions override this."""
+        return None
+
+    # ------------------------------------------------------------------ forward
     def forward(
         self,
         query: Tensor,
@@ -75,40 +102,62 @@ class ContextFusionAttention(MultiheadAttention):
         before_softmax: bool = False,
         need_head_weights: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]:
-        if self.self_attention:
-            if self._context is None:
-                raise RuntimeError("ContextFusionAttention: the encoder layer did not set C^{n-1}")
-            context, context_mask = self._context
-            block_key, block_mask = key, key_padding_mask
-        elif key is None:  # cached static keys/values (incremental decoding)
-            block_key = context = block_mask = context_mask = None
-        else:  # memory = [B_e^n ; C^n] along time
-            block_key, context = key.chunk(2, dim=0)
-            block_mask = context_mask = None
-            if key_padding_mask is not None:
-                block_mask, context_mask = key_padding_mask.chunk(2, dim=1)
-        a_h, weights = super().forward(
-            query,
-            block_key,
-            block_key,
-            key_padding_mask=block_mask,
-            incremental_state=incremental_state,
-            need_weights=need_weights,
-            static_kv=static_kv,
-            attn_mask=attn_mask,
-            need_head_weights=need_head_weights,
-        )
-        q_c = query if self.context_query_norm is None else self.context_query_norm(query)
-        c = None if context is None else self.context_norm(context)
-        a_c, ctx_weights = self.context_attn(
-            q_c,
-            c,
-            c,
-            key_padding_mask=context_mask,
-            incremental_state=incremental_state,
-            need_weights=self.record_context_attn,
-            static_kv=static_kv,
-        )
-        if self.record_context_attn:
-            self.last_context_attn = ctx_weights
+        """query ``(T, B, d)`` -> (fused ``(T, B, d)``, ATTN_h weights or None)."""
+        tgt_len, bsz, _ = query.shape
+        heads = self.num_heads
+        saved = self._get_input_buffer(incremental_state) if incremental_state is not None else None
+        if saved is not None and "prev_key" in saved:  # static keys/values cached for this sentence
+            k, v = saved["prev_key"], saved["prev_value"]
+            mask = saved.get("prev_key_padding_mask")
+        else:
+            if self.self_attention:
+                if self._context is None:
+                    raise RuntimeError("ContextFusionAttention: the encoder layer did not set C^{n-1}")
+                block, (context, _) = query, self._context
+                mask = key_padding_mask
+            else:  # memory = [B_e^n ; C^n] along time
+                block, context = key.chunk(2, dim=0)
+                mask = key_padding_mask.chunk(2, dim=1)[0] if key_padding_mask is not None else None
+            k, v = self._keys_values(block, context)
+            if saved is not None:
+                saved["prev_key"], saved["prev_value"] = k, v
+                saved["prev_key_padding_mask"] = mask
+                self._set_input_buffer(incremental_state, saved)
+        src_len = k.size(2)
+        q_c_in = query if self.context_query_norm is None else self.context_query_norm(query)
+        q_h = self._heads(self.q_proj(query))
+        q = torch.cat([q_h, self._heads(self.context_attn.q_proj(q_c_in))], dim=1)  # (B, 2H, T, d_h)
+
+        bias = None  # additive (B or 1, 2H or 1, T or 1, S)
+        if mask is not None:
+            bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(mask.bool(), float("-inf"))
+            bias = bias.view(bsz, 1, 1, src_len)
+        if attn_mask is not None:
+            bias = attn_mask.to(q.dtype) if bias is None else bias + attn_mask.to(q.dtype)
+        rel = self.relative_logits(q_h * self.scaling, src_len, src_len - tgt_len)
+        if rel is not None:
+            rel = torch.cat([rel, rel.new_zeros(rel.shape)], dim=1)
+            bias = rel if bias is None else bias + rel
+
+        dropout = self.dropout_module.p if self.training else 0.0
+        want_weights = need_weights or need_head_weights or self.record_context_attn
+        if want_weights:  # explicit softmax: the weights are needed (alignment, analysis)
+            logits = torch.matmul(q * self.scaling, k.transpose(-1, -2))
+            if bias is not None:
+                logits = logits + bias
+            probs = torch.softmax(logits.float(), dim=-1).to(q.dtype)
+            out = torch.matmul(self.dropout_module(probs), v)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout)
+        out = out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, 2, -1)  # (T, B, 2, d)
+        a_h = self.out_proj(out[:, :, 0])
+        a_c = self.context_attn.out_proj(out[:, :, 1])
+        weights = None
+        if want_weights:
+            if self.record_context_attn:
+                self.last_context_attn = probs[:, heads:].mean(dim=1).detach()
+            if need_weights or need_head_weights:
+                weights = probs[:, :heads].transpose(0, 1)  # (H, B, T, S)
+                if not need_head_weights:
+                    weights = weights.mean(dim=0)
         return self.fusion(a_h, a_c), weights

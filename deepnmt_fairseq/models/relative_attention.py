@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Dict, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from fairseq import utils
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
@@ -71,13 +72,23 @@ class RelativeMultiheadAttention(MultiheadAttention):
         src_len = k.size(1)
         buckets = relative_buckets(tgt_len, src_len, self.relative.max_distance, offset, device=q.device)
 
-        logits = torch.bmm(q, k.transpose(1, 2)) + self.relative.key_logits(q, buckets)
+        bias = self.relative.key_logits(q, buckets)  # (B*H, T, S)
         if attn_mask is not None:
-            logits = logits + attn_mask.unsqueeze(0)
+            bias = bias + attn_mask.unsqueeze(0)
         if key_padding_mask is not None:
-            logits = logits.view(bsz, heads, tgt_len, src_len).masked_fill(
+            bias = bias.view(bsz, heads, tgt_len, src_len).masked_fill(
                 key_padding_mask.view(bsz, 1, 1, src_len).to(torch.bool), float("-inf")
             ).view(bsz * heads, tgt_len, src_len)
+        if not (need_weights or need_head_weights or before_softmax) and self.relative.values is None:
+            # fused kernel; q is already scaled, so undo SDPA's own 1/sqrt(d_h)
+            out = F.scaled_dot_product_attention(
+                q.view(bsz, heads, tgt_len, dh), k.view(bsz, heads, src_len, dh), v.view(bsz, heads, src_len, dh),
+                attn_mask=bias.view(bsz, heads, tgt_len, src_len),
+                dropout_p=self.dropout_module.p if self.training else 0.0, scale=1.0,
+            )
+            out = out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)
+            return self.out_proj(out), None
+        logits = torch.bmm(q, k.transpose(1, 2)) + bias
         if before_softmax:
             return logits, v
         probs = utils.softmax(logits, dim=-1).type_as(logits)
@@ -95,5 +106,19 @@ class RelativeMultiheadAttention(MultiheadAttention):
 
 
 
-class RelativeContextFusionAttention(ContextFusionAttention, RelativeMultiheadAttention):
-    """MSC Eq. 12 with ATTN_h = relative self-attention (MRO: fusion -> relative -> fairseq)."""
+class RelativeContextFusionAttention(ContextFusionAttention):
+    """MSC Eq. 12 whose ATTN_h is relative self-attention (ATTN_c over the context is not:
+    the context states are per position, not a sequence the query reads relative to itself)."""
+
+    def __init__(self, embed_dim: int, num_heads: int, max_relative_position: int,
+                 relative_values: bool = False, **kwargs):
+        if relative_values:
+            raise ValueError("--rpr-values is not supported in MSC encoder layers (--deep-memory msc)")
+        super().__init__(embed_dim, num_heads, **kwargs)
+        self.relative = RelativePositionEmbeddings(self.head_dim, max_relative_position, False)
+
+    def relative_logits(self, q_h: Tensor, src_len: int, offset: int) -> Tensor:
+        bsz, heads, tgt_len, dh = q_h.shape
+        buckets = relative_buckets(tgt_len, src_len, self.relative.max_distance, offset, device=q_h.device)
+        return self.relative.key_logits(q_h.reshape(bsz * heads, tgt_len, dh), buckets).view(
+            bsz, heads, tgt_len, src_len)

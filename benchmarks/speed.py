@@ -1,0 +1,365 @@
+#!/usr/bin/env python
+"""Speed and memory of the plugin's variants against stock fairseq, in one run.
+
+    python benchmarks/speed.py [--preset cpu|gpu|tiny] [--device cpu|cuda] [--only NAME ...]
+                               [--repeat 5] [--warmup 2] [--out benchmarks/results]
+
+For every variant, the same measurement is taken on a stock fairseq
+``transformer`` (pre-norm, same shape) in the same run, alternating A/B so that
+load drifts cancel, and the report gives ratios:
+
+* training: median time per update (forward + backward + Adam step) on a fixed
+  synthetic batch, target tokens per second;
+* peak activation memory of a training step (CUDA: ``max_memory_allocated``
+  above the pre-step level; CPU: the process's peak RSS above the pre-step
+  level, from /proc/self/status VmHWM after resetting it);
+* decoding: beam 5 with the output length pinned (``min_len = max_len``) so
+  every system produces the same number of tokens, batched and one sentence at a
+  time, in target tokens per second;
+* analytic matmul FLOPs per target token of a training step (3 x forward), and
+  each variant's FLOP ratio to its stock reference.
+
+Targets (issue 8) are checked and printed with each row; the markdown table and
+a JSON file go to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+PRESETS = {
+    # width, ffn, heads, vocab, batch (sentences), src_len, tgt_len, decode batch, decode len
+    "tiny": dict(d=32, f=64, h=2, vocab=500, bsz=4, src=8, tgt=8, dec_bsz=4, dec_len=4, scale=0.25),
+    "cpu": dict(d=256, f=1024, h=4, vocab=8000, bsz=16, src=24, tgt=24, dec_bsz=16, dec_len=12, scale=1.0),
+    "gpu": dict(d=512, f=2048, h=8, vocab=32000, bsz=64, src=32, tgt=32, dec_bsz=64, dec_len=32, scale=1.0),
+}
+
+
+def variants(scale: float):
+    """name -> (our flags, stock flags, kind, target).  Depths scale for small presets."""
+
+    def n(x):
+        return max(1, int(round(x * scale)))
+
+    e6, d6, e12 = n(6), n(6), n(12)
+    deep, e48, e72 = n(24), n(48), n(72)
+    return {
+        "plain pre-norm (ours vs stock)": (["--encoder-layers", e12, "--decoder-layers", d6], [e12, d6], "train", "equal"),
+        "transparent": (["--deep-memory", "transparent", "--encoder-layers", e12, "--decoder-layers", d6],
+                        [e12, d6], "train", "equal"),
+        "CAD (drop depth 4, ratio 0.5)": (["--encoder-layers", e6, "--decoder-layers", e12, "--cad-drop-depth",
+                                           max(1, n(8)), "--cad-drop-ratio", "0.5"], [e6, e12], "train", "equal"),
+        "skipping sub-layer (phi 0.4)": (["--encoder-layers", deep, "--decoder-layers", d6, "--ssl-rate", "0.4"],
+                                         [deep, d6], "train", "equal"),
+        "group permutation (h 4)": (["--encoder-layers", deep, "--decoder-layers", d6, "--gp-group-size",
+                                     next(h for h in (4, 2, 1) if deep % h == 0)], [deep, d6], "train", "equal"),
+        "RPR (k 8)": (["--encoder-layers", e12, "--decoder-layers", d6, "--rpr-max-relative-position", "8"],
+                      [e12, d6], "train", "equal"),
+        "MSC 6x12 training": (["--deep-memory", "msc", "--decoder-layers", d6, "--encoder-layers", e72,
+                               "--msc-block-layers", str(e72 // d6)], [e72, d6], "train", "flops"),
+        "MSC 6x12 decoding": (["--deep-memory", "msc", "--decoder-layers", d6, "--encoder-layers", e72,
+                               "--msc-block-layers", str(e72 // d6)], [e72, d6], "decode", "msc-decode"),
+        "DESDAR 48-1 decoding (vs 48-6)": (["--encoder-layers", e48, "--decoder-layers", "1"], [e48, d6], "decode",
+                                            "desdar"),
+        "MSC 6x12 memory, activation checkpointing": (
+            ["--deep-memory", "msc", "--decoder-layers", d6, "--encoder-layers", e72, "--msc-block-layers",
+             str(e72 // d6), "--checkpoint-activations"],
+            ["--deep-memory", "msc", "--decoder-layers", d6, "--encoder-layers", e72, "--msc-block-layers",
+             str(e72 // d6)], "memory", "ckpt-memory"),
+    }
+
+
+# ----------------------------------------------------------------- models
+def width_flags(p):
+    return ["--encoder-embed-dim", p["d"], "--decoder-embed-dim", p["d"], "--encoder-ffn-embed-dim", p["f"],
+            "--decoder-ffn-embed-dim", p["f"], "--encoder-attention-heads", p["h"], "--decoder-attention-heads",
+            p["h"], "--share-all-embeddings", "--dropout", "0.1", "--attention-dropout", "0.0"]
+
+
+def build(arch, flags, p, device):
+    from deepnmt_fairseq.cli.param_counts import build_model
+
+    torch.manual_seed(0)
+    model = build_model(arch, p["vocab"], [str(x) for x in width_flags(p) + list(flags)])
+    return model.to(device)
+
+
+def stock(depths, p, device):
+    enc, dec = depths
+    return build("transformer", ["--encoder-layers", enc, "--decoder-layers", dec, "--encoder-normalize-before",
+                                 "--decoder-normalize-before"], p, device)
+
+
+def batch(p, device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, p["vocab"], (p["bsz"], p["src"]), generator=g)
+    src[:, -1] = 2
+    tgt = torch.randint(4, p["vocab"], (p["bsz"], p["tgt"] + 1), generator=g)
+    tgt[:, 0] = 2
+    lens = torch.full((p["bsz"],), p["src"])
+    return src.to(device), lens.to(device), tgt[:, :-1].to(device), tgt[:, 1:].to(device)
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def train_step(model, opt, data):
+    src, lens, prev, target = data
+    out, _ = model(src, lens, prev)
+    loss = torch.nn.functional.cross_entropy(out.float().view(-1, out.size(-1)), target.reshape(-1))
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def time_training(models, p, device, warmup, repeat):
+    """Median seconds per update for each model, measured alternately."""
+    data = batch(p, device)
+    opts = [torch.optim.Adam(m.parameters(), lr=1e-4) for m in models]
+    for m in models:
+        m.train()
+    times = [[] for _ in models]
+    for it in range(warmup + repeat):
+        for i, (m, o) in enumerate(zip(models, opts)):
+            torch.manual_seed(it)
+            sync(device)
+            t = time.perf_counter()
+            train_step(m, o, data)
+            sync(device)
+            if it >= warmup:
+                times[i].append(time.perf_counter() - t)
+    return [statistics.median(t) for t in times]
+
+
+def _rss_peak_reset():
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _rss_peak_kb():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _rss_kb():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def activation_memory(model, p, device):
+    """Peak bytes of one training step above the memory held before it."""
+    data = batch(p, device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    model.train()
+    train_step(model, opt, data)  # allocate optimizer state first
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        train_step(model, opt, data)
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+    if not _rss_peak_reset():
+        return float("nan")
+    base = _rss_kb()
+    train_step(model, opt, data)
+    return (_rss_peak_kb() - base) * 1024
+
+
+def time_decoding(models, p, device, warmup, repeat, one_by_one=False):
+    """Target tokens per second at beam 5 with the output length pinned."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    L = p["dec_len"]
+    src, lens, _, _ = batch(dict(p, bsz=p["dec_bsz"]), device, seed=1)
+    rates = [[] for _ in models]
+    gens = [SequenceGenerator([m.eval()], m.decoder.dictionary, beam_size=5, max_len_a=0, max_len_b=L, min_len=L)
+            for m in models]
+    chunks = [(src[i: i + 1], lens[i: i + 1]) for i in range(src.size(0))] if one_by_one else [(src, lens)]
+    with torch.no_grad():
+        for it in range(warmup + repeat):
+            for i, (m, g) in enumerate(zip(models, gens)):
+                sync(device)
+                t = time.perf_counter()
+                n_tok = 0
+                for s, ln in chunks:
+                    hyps = g.generate([m], {"net_input": {"src_tokens": s, "src_lengths": ln}})
+                    n_tok += sum(len(h[0]["tokens"]) for h in hyps)
+                sync(device)
+                if it >= warmup:
+                    rates[i].append(n_tok / (time.perf_counter() - t))
+    return [statistics.median(r) for r in rates]
+
+
+# ----------------------------------------------------------------- analytic FLOPs
+def flops_per_token(model, p) -> float:
+    """Matmul FLOPs of one training step (3 x forward) per target token (analytic).
+
+    Forward, per token: attention projections 2*d*d each, scores and weighted
+    sum 2*2*len*d, FFN 2*2*d*f, output projection 2*d*V; MSC adds a context
+    attention and the gate (2 x 2*d*d) per fused layer and the GRU (2*6*d*d per
+    source token and block); transparent adds the (N+1)-way mix per memory;
+    cross-attention dropped with probability p costs (1 - p) of itself (CAD);
+    skipped sub-layers are computed and multiplied by zero, so SSL costs nothing.
+    """
+    d, f, V = p["d"], p["f"], p["vocab"]
+    S, T = p["src"], p["tgt"]
+    enc, dec = model.encoder, model.decoder
+
+    def attention(n_keys, kv_projection):
+        """per query token: q and output projections, scores + weighted sum, k/v projections"""
+        return 4 * d * d + 4 * n_keys * d + kv_projection
+
+    ffn, gate = 4 * d * f, 4 * d * d
+    per_src = 0.0  # encoder FLOPs per source token
+    for layer in enc.layers:
+        per_src += attention(S, 4 * d * d) + ffn
+        if getattr(layer, "_context", False):  # MSC Eq. 12: ATTN_c over C^{n-1} + gate
+            per_src += attention(S, 4 * d * d) + gate
+    if getattr(enc, "context_cell", None) is not None:  # one GRU step per block
+        per_src += len(enc.msc_blocks) * 12 * d * d
+    if getattr(enc, "layer_mix", None) is not None:  # (N+1)-way mix per memory
+        per_src += (len(enc.layers) + 1) * len(dec.layers) * 2 * d
+    per_tgt = 2 * d * V  # output projection
+    cad = getattr(dec, "cad_probs", [0.0] * len(dec.layers))
+    for i, layer in enumerate(dec.layers):
+        per_tgt += attention(T, 4 * d * d) + ffn
+        if layer.encoder_attn is not None:
+            cross = attention(S, 4 * d * d * S / T)  # k/v of the source computed once per sentence
+            if getattr(layer, "_context", False):  # MSC Eq. 13: ATTN_c over C^n + gate
+                cross += attention(S, 4 * d * d * S / T) + gate
+            per_tgt += (1.0 - cad[i]) * cross
+    return 3 * (per_src * S / T + per_tgt)
+
+
+# ----------------------------------------------------------------- report
+def machine():
+    info = {"python": platform.python_version(), "torch": torch.__version__, "cpu": platform.processor() or
+            platform.machine(), "threads": torch.get_num_threads()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    try:
+        import fairseq
+
+        info["fairseq"] = fairseq.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--only", nargs="*", help="substrings of variant names to run")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
+    a = ap.parse_args(argv)
+    import deepnmt_fairseq  # noqa: F401
+
+    device = torch.device(a.device)
+    p = dict(PRESETS[a.preset])
+    rows = []
+    for name, (ours_flags, ref, kind, target) in variants(p["scale"]).items():
+        if a.only and not any(s.lower() in name.lower() for s in a.only):
+            continue
+        print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+        ours = build("deepnmt_transformer", ours_flags, p, device)
+        ref_model = build("deepnmt_transformer", ref, p, device) if kind == "memory" else stock(ref, p, device)
+        row = {"variant": name, "kind": kind, "ours_params": sum(x.numel() for x in ours.parameters()),
+               "stock_params": sum(x.numel() for x in ref_model.parameters())}
+        if kind == "train":
+            t_ours, t_ref = time_training([ours, ref_model], p, device, a.warmup, a.repeat)
+            f_ours, f_ref = flops_per_token(ours, p), flops_per_token(ref_model, p)
+            ntok = p["bsz"] * p["tgt"]
+            row.update(ours_s_per_update=t_ours, stock_s_per_update=t_ref, time_ratio=t_ours / t_ref,
+                       ours_tok_per_s=ntok / t_ours, stock_tok_per_s=ntok / t_ref,
+                       flops_per_token_ours=f_ours, flops_per_token_stock=f_ref, flop_ratio=f_ours / f_ref)
+            if target == "equal":
+                row["target"] = "time ratio <= 1.05"
+                row["met"] = row["time_ratio"] <= 1.05
+            else:
+                row["target"] = "time ratio <= 1.10 x FLOP ratio"
+                row["met"] = row["time_ratio"] <= 1.10 * row["flop_ratio"]
+            row["memory_ours"] = activation_memory(ours, p, device)
+            row["memory_stock"] = activation_memory(ref_model, p, device)
+        elif kind == "decode":
+            batched = time_decoding([ours, ref_model], p, device, 1, a.repeat)
+            single = time_decoding([ours, ref_model], dict(p, dec_bsz=min(4, p["dec_bsz"])), device, 1,
+                                   max(1, a.repeat // 2), one_by_one=True)
+            row.update(ours_tok_per_s=batched[0], stock_tok_per_s=batched[1], speed_ratio=batched[0] / batched[1],
+                       ours_tok_per_s_single=single[0], stock_tok_per_s_single=single[1],
+                       speed_ratio_single=single[0] / single[1])
+            need = 0.90 if target == "msc-decode" else 2.0
+            row["target"] = f"decoding speed ratio >= {need}"
+            row["met"] = row["speed_ratio"] >= need
+        else:
+            m_ours, m_ref = activation_memory(ours, p, device), activation_memory(ref_model, p, device)
+            row.update(memory_ours=m_ours, memory_without=m_ref, memory_ratio=m_ours / m_ref if m_ref else math.nan)
+            row["target"] = "peak activation memory ratio <= 0.6"
+            row["met"] = row["memory_ratio"] <= 0.6
+        rows.append(row)
+        print(f"[bench]   {json.dumps({k: v for k, v in row.items() if 'ratio' in k or k == 'met'})}",
+              file=sys.stderr, flush=True)
+        del ours, ref_model
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"preset": a.preset, "device": str(device), "shape": p, "machine": machine(),
+              "date": time.strftime("%Y-%m-%d %H:%M"), "rows": rows}
+    stem = f"speed-{a.preset}-{device.type}"
+    (out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
+    md = [f"Preset `{a.preset}` on {device} ({json.dumps(report['machine'])}), {report['date']}", "",
+          "| variant | measure | ours | stock | ratio | FLOP ratio | target | met |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["kind"] == "train":
+            md.append(f"| {r['variant']} | train s/update | {r['ours_s_per_update']:.3f} | "
+                      f"{r['stock_s_per_update']:.3f} | {r['time_ratio']:.3f} | {r['flop_ratio']:.3f} | "
+                      f"{r['target']} | {'yes' if r['met'] else 'NO'} |")
+        elif r["kind"] == "decode":
+            md.append(f"| {r['variant']} | beam-5 tok/s batched (single) | {r['ours_tok_per_s']:.0f} "
+                      f"({r['ours_tok_per_s_single']:.0f}) | {r['stock_tok_per_s']:.0f} "
+                      f"({r['stock_tok_per_s_single']:.0f}) | {r['speed_ratio']:.2f} ({r['speed_ratio_single']:.2f}) "
+                      f"| - | {r['target']} | {'yes' if r['met'] else 'NO'} |")
+        else:
+            md.append(f"| {r['variant']} | peak activation MB | {r['memory_ours'] / 2**20:.1f} | "
+                      f"{r['memory_without'] / 2**20:.1f} (without) | {r['memory_ratio']:.2f} | - | {r['target']} | "
+                      f"{'yes' if r['met'] else 'NO'} |")
+    (out / f"{stem}.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,300 @@
+#!/usr/bin/env python
+"""Small-scale fidelity study: do the papers' phenomena show on the embedded corpus?
+
+    python experiments/fidelity.py [--work-dir work/fidelity] [--only depth deep-decoder gpkd ssl]
+                                   [--updates 400] [--report docs/fidelity.md]
+
+Every run is a fairseq-train command of this repository on the bundled
+LibreOffice-help corpus (en->de, 4k joint BPE), on the CPU, with the same
+budget (``--updates`` updates of at most 2048 tokens, seed 1) for all systems
+that are compared.  Runs are resumable (a finished run is reused); the report
+(markdown table + PNG plots + the command and seed of every number) is written
+to ``--report`` and ``docs/img/fidelity-*.png``.
+
+Studies:
+* depth (MSC Fig. 2, Bapna Table 1): post-norm, pre-norm, transparent and MSC
+  encoders of 6 / 18 / 36 layers (3 decoder layers; MSC uses 3 blocks);
+* deep decoder (deep-decoder Sec. 3): a 12-12 model plain, with CAD, and with
+  CAD + collapse-reducing training; BLEU and the gap between the validation loss
+  with the real source and with an all-UNK source (a collapsed decoder ignores
+  the source, so the gap shrinks towards 0);
+* GPKD (Li et al. Table 1): 6-layer student extracted from a 24-layer GP teacher
+  and trained on SKD data, vs SKD alone (random init), vs a 6-layer baseline on
+  the real data, all with the same student budget;
+* skipping sub-layer (Li et al. Table 4): two-stage fine-tuning of the 18-layer
+  pre-norm model with phi = 0.4 vs continued plain training, same budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+WIDTH = ["--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "256",
+         "--decoder-ffn-embed-dim", "256", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
+         "--share-all-embeddings", "--dropout", "0.1", "--attention-dropout", "0.0"]
+TRAIN = ["--task", "translation", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "0.002",
+         "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100", "--max-tokens", "2048", "--seed", "1",
+         "--cpu", "--num-workers", "0", "--log-format", "json", "--log-interval", "10", "--no-epoch-checkpoints",
+         "--save-interval-updates", "1000000", "--disable-validation"]
+LS = ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
+
+
+def log(msg):
+    print(f"[fidelity {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def exe(name):
+    cand = Path(sys.executable).with_name(name)
+    return str(cand) if cand.exists() else name
+
+
+def depth_runs():
+    runs = {}
+    for n in (6, 18, 36):
+        runs[f"postnorm-{n}"] = ["--arch", "deepnmt_transformer", "--post-norm", "--encoder-layers", str(n),
+                                 "--decoder-layers", "3"]
+        runs[f"prenorm-{n}"] = ["--arch", "deepnmt_transformer", "--encoder-layers", str(n), "--decoder-layers", "3"]
+        runs[f"transparent-{n}"] = ["--arch", "deepnmt_transformer", "--post-norm", "--deep-memory", "transparent",
+                                    "--encoder-layers", str(n), "--decoder-layers", "3"]
+        runs[f"msc-{n}"] = ["--arch", "deepnmt_transformer", "--deep-memory", "msc", "--msc-block-layers",
+                            str(n // 3), "--decoder-layers", "3"]
+    return runs
+
+
+DEEP_DECODER = {
+    "dd-plain-12-12": (["--arch", "deepnmt_transformer", "--encoder-layers", "12", "--decoder-layers", "12"], LS),
+    "dd-cad-12-12": (["--arch", "deepnmt_transformer", "--encoder-layers", "12", "--decoder-layers", "12",
+                      "--cad-drop-depth", "9", "--cad-drop-ratio", "0.5"], LS),
+    "dd-cad-crt-12-12": (["--arch", "deepnmt_transformer", "--encoder-layers", "12", "--decoder-layers", "12",
+                          "--cad-drop-depth", "9", "--cad-drop-ratio", "0.5"],
+                         ["--criterion", "collapse_reducing", "--label-smoothing", "0.1", "--ddr-alpha", "1.0",
+                          "--ald-alpha", "0.5"]),
+}
+
+
+class Study:
+    def __init__(self, work: Path, data: Path, updates: int):
+        self.work, self.data, self.updates = work, data, updates
+
+    def train(self, name, model, crit=LS, data=None, updates=None, extra=()):
+        save = self.work / "runs" / name
+        done = save / "done.json"
+        if done.exists():
+            return json.loads(done.read_text())
+        save.mkdir(parents=True, exist_ok=True)
+        cmd = [exe("fairseq-train"), str(data or self.data), "--user-dir", str(REPO / "deepnmt_fairseq"), *model,
+               *WIDTH, *TRAIN, *crit, "--max-update", str(updates or self.updates), "--save-dir", str(save), *extra]
+        log(f"train {name}")
+        t0 = time.time()
+        with open(save / "train.log", "w") as f:
+            res = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
+        losses = []
+        for line in (save / "train.log").read_text().splitlines():
+            if '"train_inner"' in line or line.startswith("{") and '"loss"' in line:
+                try:
+                    rec = json.loads(line[line.index("{"):])
+                    if "num_updates" in rec and "loss" in rec:
+                        losses.append((int(rec["num_updates"]), float(rec["loss"])))
+                except ValueError:
+                    pass
+        out = {"name": name, "command": " ".join(shlex.quote(c) for c in cmd), "returncode": res.returncode,
+               "seconds": round(time.time() - t0, 1), "losses": losses,
+               "final_train_loss": losses[-1][1] if losses else math.nan,
+               "diverged": res.returncode != 0 or not losses or not math.isfinite(losses[-1][1])}
+        if res.returncode == 0:
+            out.update(self.evaluate(save / "checkpoint_last.pt", data or self.data))
+        done.write_text(json.dumps(out, indent=1) + "\n")
+        log(f"  {name}: {json.dumps({k: out.get(k) for k in ('final_train_loss', 'valid_loss', 'bleu', 'seconds')})}")
+        return out
+
+    def evaluate(self, ckpt: Path, data: Path, unk_source=False):
+        import sacrebleu
+
+        res = {}
+        val = subprocess.run([exe("fairseq-validate"), str(data), "--user-dir", str(REPO / "deepnmt_fairseq"),
+                              "--path", str(ckpt), "--task", "translation", "--cpu", "--max-tokens", "4096",
+                              "--valid-subset", "valid"], capture_output=True, text=True)
+        for line in (val.stdout + val.stderr).splitlines():
+            if "valid on 'valid' subset" in line and "| loss " in line:
+                res["valid_loss"] = float(line.split("| loss ")[1].split()[0])
+        gen = subprocess.run([exe("fairseq-generate"), str(self.data), "--user-dir", str(REPO / "deepnmt_fairseq"),
+                              "--path", str(ckpt), "--gen-subset", "test", "--beam", "4", "--batch-size", "128",
+                              "--required-batch-size-multiple", "1", "--remove-bpe", "--cpu", "--max-len-a", "1.2",
+                              "--max-len-b", "10"], capture_output=True, text=True)
+        hyps, refs = {}, {}
+        for line in gen.stdout.splitlines():
+            if line.startswith("H-"):
+                t, _, h = (line.split("\t") + ["", ""])[:3]
+                hyps[int(t[2:])] = h
+            elif line.startswith("T-"):
+                t, r = (line.split("\t", 1) + [""])[:2]
+                refs[int(t[2:])] = r
+        if refs and sorted(hyps) == sorted(refs):
+            ids = sorted(refs)
+            res["bleu"] = round(sacrebleu.corpus_bleu([hyps[i] for i in ids], [[refs[i] for i in ids]],
+                                                      tokenize="none", force=True).score, 2)
+        return res
+
+    def unk_gap(self, ckpt: Path):
+        """valid loss with all source tokens replaced by UNK minus the real valid loss (nats/token, base 2)."""
+        import torch
+
+        import deepnmt_fairseq  # noqa: F401
+        from fairseq import checkpoint_utils, tasks
+
+        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(ckpt)],
+                                                                          arg_overrides={"data": str(self.data)})
+        model = models[0].eval()
+        task.load_dataset("valid")
+        ds = task.dataset("valid")
+        d = task.source_dictionary
+        totals = {"real": 0.0, "unk": 0.0}
+        ntok = 0
+        with torch.no_grad():
+            for start in range(0, len(ds), 64):
+                sample = ds.collater([ds[i] for i in range(start, min(len(ds), start + 64))])
+                net = sample["net_input"]
+                target = sample["target"]
+                mask = target.ne(d.pad())
+                ntok += int(mask.sum())
+                for kind in ("real", "unk"):
+                    src = net["src_tokens"]
+                    if kind == "unk":
+                        keep = src.eq(d.pad()) | src.eq(d.eos())
+                        src = src.masked_fill(~keep, d.unk())
+                    out = model(src, net["src_lengths"], net["prev_output_tokens"])
+                    lp = model.get_normalized_probs(out, log_probs=True)
+                    nll = -lp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+                    totals[kind] += float(nll[mask].sum())
+        real, unk = totals["real"] / ntok / math.log(2), totals["unk"] / ntok / math.log(2)
+        return {"valid_nll_real": round(real, 3), "valid_nll_unk_source": round(unk, 3), "unk_gap": round(unk - real, 3)}
+
+
+def plot(results, path, title, xs, series):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(series), figsize=(5 * len(series), 3.6))
+    for ax, (metric, label) in zip(axes if len(series) > 1 else [axes], series):
+        for fam in ("postnorm", "prenorm", "transparent", "msc"):
+            ys = [results.get(f"{fam}-{n}", {}).get(metric, math.nan) for n in xs]
+            ax.plot(xs, ys, marker="o", label=fam)
+        ax.set_xlabel("encoder layers")
+        ax.set_ylabel(label)
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work-dir", default=str(REPO / "work" / "fidelity"))
+    ap.add_argument("--only", nargs="*", default=["depth", "deep-decoder", "gpkd", "ssl"])
+    ap.add_argument("--updates", type=int, default=400)
+    ap.add_argument("--report", default=str(REPO / "docs" / "fidelity.md"))
+    a = ap.parse_args(argv)
+    import quickstart
+
+    work = Path(a.work_dir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    data = quickstart.prepare(work, 4000)
+    study = Study(work, data, a.updates)
+    results = {}
+    if "depth" in a.only:
+        for name, model in depth_runs().items():
+            results[name] = study.train(name, model)
+    if "deep-decoder" in a.only:
+        for name, (model, crit) in DEEP_DECODER.items():
+            r = study.train(name, model, crit)
+            if not r["diverged"] and "unk_gap" not in r:
+                r.update(study.unk_gap(work / "runs" / name / "checkpoint_last.pt"))
+                (work / "runs" / name / "done.json").write_text(json.dumps(r, indent=1) + "\n")
+            results[name] = r
+    if "gpkd" in a.only:
+        results.update(gpkd(study, work, data, a.updates))
+    if "ssl" in a.only:
+        results.update(ssl(study, work, a.updates))
+    (work / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    write_report(results, Path(a.report), a.updates)
+    return 0
+
+
+def gpkd(study, work, data, updates):
+    out = {}
+    teacher = ["--arch", "deepnmt_transformer", "--encoder-layers", "24", "--decoder-layers", "3",
+               "--gp-group-size", "4"]
+    out["gpkd-teacher-24-3"] = study.train("gpkd-teacher-24-3", teacher)
+    tckpt = work / "runs" / "gpkd-teacher-24-3" / "checkpoint_last.pt"
+    skd = work / "skd-bin"
+    if not (skd / ".done").exists():
+        log("SKD data from the teacher")
+        subprocess.run([exe("deepnmt-skd"), "--data", str(data), "--teacher", str(tckpt), "--output", str(skd),
+                        "--cpu", "--batch-size", "128", "--shards", "4"], check=True)
+    student = work / "student-init.pt"
+    if not student.exists():
+        subprocess.run([exe("deepnmt-extract-student"), "--teacher", str(tckpt), "--encoder-group-size", "4",
+                        "--output", str(student)], check=True)
+    six = ["--arch", "deepnmt_transformer", "--encoder-layers", "6", "--decoder-layers", "3"]
+    out["gpkd-student-6-3"] = study.train("gpkd-student-6-3", six, data=skd,
+                                          extra=["--finetune-from-model", str(student)])
+    out["skd-only-6-3"] = study.train("skd-only-6-3", six, data=skd)
+    out["baseline-6-3"] = study.train("baseline-6-3", six)
+    return out
+
+
+def ssl(study, work, updates):
+    base = work / "runs" / "prenorm-18" / "checkpoint_last.pt"
+    model = ["--arch", "deepnmt_transformer", "--encoder-layers", "18", "--decoder-layers", "3"]
+    if not base.exists():
+        study.train("prenorm-18", model)
+    return {
+        "ssl-finetune-18": study.train("ssl-finetune-18", model + ["--ssl-rate", "0.4"], updates=updates // 2,
+                                       extra=["--finetune-from-model", str(base)]),
+        "plain-continue-18": study.train("plain-continue-18", model, updates=updates // 2,
+                                         extra=["--finetune-from-model", str(base)]),
+    }
+
+
+def write_report(results, path: Path, updates):
+    img = path.parent / "img"
+    img.mkdir(parents=True, exist_ok=True)
+    lines = ["# Fidelity study on the embedded corpus", "",
+             f"Generated by `python experiments/fidelity.py` ({time.strftime('%Y-%m-%d')}). Every run: the bundled "
+             f"LibreOffice-help corpus (en->de, 18k pairs, 4k joint BPE), width 64 (FFN 256, 4 heads), "
+             f"{updates} updates of at most 2048 tokens, Adam lr 2e-3, 100 warmup updates, seed 1, CPU. "
+             "BLEU: test split, beam 4, tokenized (BPE removed). The exact command of every run is in "
+             "`work/fidelity/runs/<name>/done.json` and repeated below.", "",
+             "| run | train loss (last) | valid loss | test BLEU | extra | seconds |", "|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        extra = ""
+        if "unk_gap" in r:
+            extra = f"UNK-source gap {r['unk_gap']}"
+        lines.append(f"| {name} | {r.get('final_train_loss', math.nan):.3f} | {r.get('valid_loss', '-')} | "
+                     f"{r.get('bleu', 'diverged' if r.get('diverged') else '-')} | {extra} | {r.get('seconds')} |")
+    depth = {k: v for k, v in results.items() if k.split("-")[0] in ("postnorm", "prenorm", "transparent", "msc")}
+    if depth:
+        plot(depth, img / "fidelity-depth.png", f"Depth study ({updates} updates)", [6, 18, 36],
+             [("final_train_loss", "train loss"), ("bleu", "test BLEU")])
+        lines += ["", "![depth](img/fidelity-depth.png)"]
+    lines += ["", "## Commands", ""]
+    for name, r in results.items():
+        lines.append(f"- `{name}`: `{r.get('command', '')}`")
+    path.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
