@@ -123,13 +123,13 @@ def main(argv=None):
         model_args = TINY_MODEL
         teacher_updates, student_updates = min(teacher_updates, 6), min(student_updates, 4)
         train_args = [t for t in train_args] + ["--warmup-updates", "4", "--max-tokens", "2048", "--update-freq", "1"]
-        gen_args = ["--beam", "2", "--batch-size", "128", "--max-len-a", "1.2", "--max-len-b", "3"]
+        gen_args = ["--beam", "2", "--batch-size", "128", "--max-len-a", "0", "--max-len-b", "8"]
     if a.data:
         data = Path(a.data)
     else:
         import quickstart
 
-        data = quickstart.prepare(work, 1000 if a.tiny else 4000)
+        data = quickstart.prepare(work, 500 if a.tiny else 4000, 600 if a.tiny else None)
     common = [*train_args, "--seed", "1", "--no-epoch-checkpoints", "--log-format", "simple",
               "--log-interval", "20", *(["--cpu", "--num-workers", "0"] if a.cpu else [])]
 
@@ -148,7 +148,8 @@ def main(argv=None):
 
     skd = work / "skd-bin"
     run([exe("deepnmt-skd"), "--data", data, "--teacher", teacher, "--output", skd, "--shards", a.skd_shards,
-         *(["--cpu"] if a.cpu else []), *(["--max-len-b", "3", "--batch-size", "128"] if a.tiny else [])])
+         *(["--cpu"] if a.cpu else []),
+         *(["--max-len-a", "0", "--max-len-b", "8", "--batch-size", "128"] if a.tiny else [])])
 
     student = work / "student-init.pt"
     if not student.exists():

@@ -66,7 +66,10 @@ def fresh_dir(path: Path) -> Path:
 
 
 # ---------------------------------------------------------------- step 1-2
-def prepare(work: Path, bpe_merges: int) -> Path:
+def prepare(work: Path, bpe_merges: int, train_pairs: int | None = None) -> Path:
+    """Tokenize, BPE and binarize the embedded corpus into ``work/data-bin`` (once).
+
+    ``train_pairs`` keeps only the first N training pairs (smoke tests)."""
     from sacremoses import MosesTokenizer
     from subword_nmt.apply_bpe import BPE
     from subword_nmt.learn_bpe import learn_bpe
@@ -85,6 +88,8 @@ def prepare(work: Path, bpe_merges: int) -> Path:
             mt = MosesTokenizer(lang=lang)
             with gzip.open(src, "rt", encoding="utf-8") as f:
                 lines = [ln.rstrip("\n") for ln in f]
+            if split == "train" and train_pairs:
+                lines = lines[:train_pairs]
             (tok / f"{split}.raw.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
             toks = [mt.tokenize(ln, escape=False, return_str=True) for ln in lines]
             (tok / f"{split}.tok.{lang}").write_text("\n".join(toks) + "\n", encoding="utf-8")

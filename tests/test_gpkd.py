@@ -243,3 +243,11 @@ def test_remap_state_renumbers_layers():
     out = remap_state(sd, [1, 3], None)
     assert out == {"encoder.layers.0.w": 1, "encoder.layers.1.w": 3, "encoder.embed_tokens.weight": "E",
                    "decoder.layers.0.w": "d"}
+
+
+def test_model_trained_with_ssl_loads_without_ssl():
+    ssl = build_model("deepnmt_transformer", TINY + ["--encoder-layers", "2", "--decoder-layers", "1",
+                                                      "--ssl-rate", "0.4"])
+    plain = build_model("deepnmt_transformer", TINY + ["--encoder-layers", "2", "--decoder-layers", "1"])
+    plain.load_state_dict(ssl.state_dict())  # strict: no unexpected ssl_active
+    assert torch.equal(plain.encoder.layers[0].fc1.weight, ssl.encoder.layers[0].fc1.weight)

@@ -52,7 +52,7 @@ def test_progressive_extraction_loads_in_generate_and_trains(teacher, data_bin, 
                 [*tiny_model_flags(), "--share-all-embeddings", "--encoder-layers", "1", "--decoder-layers", "1",
                  "--rpr-max-relative-position", "4", "--restore-file", current, "--reset-optimizer",
                  "--reset-lr-scheduler", "--reset-meters", "--reset-dataloader"], max_update=2)
-    assert "loaded checkpoint" in (res.stdout + res.stderr)
+    assert f"loaded checkpoint {current}" in (res.stdout + res.stderr).lower().replace(str(current).lower(), str(current))
 
 
 def test_extraction_refuses_bad_group_size(teacher, tmp_path):
@@ -64,7 +64,7 @@ def test_extraction_refuses_bad_group_size(teacher, tmp_path):
 
 def test_skd_data_is_complete_ordered_and_resumable(teacher, data_bin, tmp_path):
     out = tmp_path / "skd-bin"
-    args = ["--data", data_bin, "--teacher", teacher, "--output", out, "--shards", "3", "--beam", "2",
+    args = ["--data", data_bin, "--teacher", teacher, "--output", out, "--shards", "2", "--beam", "2",
             "--batch-size", "7", "--cpu", "--max-len-b", "3"]
     first = run_cli("deepnmt-skd", *args)
     assert (out / ".done").exists()
@@ -91,7 +91,7 @@ def test_skd_data_is_complete_ordered_and_resumable(teacher, data_bin, tmp_path)
     shard1 = sorted(work.glob("shard*.txt"))[1]
     shard1.unlink()
     third = run_cli("deepnmt-skd", *args)
-    assert third.stderr.count("done earlier") == 2 and third.stderr.count("translated in") == 1
+    assert third.stderr.count("done earlier") == 1 and third.stderr.count("translated in") == 1
     assert (work / "text" / "train.tgt").read_text().splitlines() == tgt
 
 

@@ -5,7 +5,8 @@
 
 The teacher translates the whole training split with ``fairseq-generate``
 (beam 4, length penalty 0.6 as in the paper), one shard at a time
-(``--num-shards/--shard-id``); each finished shard is kept, so an interrupted
+(fairseq-generate's ``--distributed-world-size/--distributed-rank``
+batch sharding, without starting any distributed process); each finished shard is kept, so an interrupted
 run resumes at the first unfinished shard.  The SKD corpus is the training
 sources with the teacher's outputs, in the original order, binarized with the
 teacher's dictionaries; valid and test keep their references (copied as they
@@ -74,7 +75,9 @@ def translate_shard(a, shard: int, out_path: str, user_dir: str) -> None:
     cmd = [_exe("fairseq-generate"), a.data, "--user-dir", user_dir, "--path", a.teacher,
            "--gen-subset", "train", "--beam", str(a.beam), "--lenpen", str(a.lenpen),
            "--max-len-a", str(a.max_len_a), "--max-len-b", str(a.max_len_b),
-           "--required-batch-size-multiple", "1", "--num-shards", str(a.shards), "--shard-id", str(shard),
+           "--required-batch-size-multiple", "1",
+           # fairseq-generate shards its batches by the (otherwise unused) distributed rank
+           "--distributed-world-size", str(a.shards), "--distributed-rank", str(shard),
            "--nbest", "1"]
     cmd += ["--max-tokens", str(a.max_tokens)] if a.max_tokens else ["--batch-size", str(a.batch_size)]
     if a.cpu:

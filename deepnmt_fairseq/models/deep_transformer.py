@@ -245,6 +245,9 @@ class _SkipScheduleMixin:
         if self.skip is not None and key not in state_dict:
             # e.g. --finetune-from-model of a model trained without skipping
             state_dict[key] = self.ssl_active.clone()
+        elif self.skip is None:
+            # a model trained with skipping, loaded without it: the flag has no weight to carry
+            state_dict.pop(key, None)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         if self.skip is not None:
             self.skip.active = bool(self.ssl_active)
