@@ -114,9 +114,9 @@ def build_model(arch="deepnmt_transformer", extra=(), vocab=40, seed=0):
 
 
 def random_batch(model, bsz=3, src_len=7, tgt_len=6, seed=0, pad_last=True):
-    """src_tokens/lengths and prev_output_tokens with some padding (left-pad source
-    like fairseq's translation task does by default? no: fairseq right-pads source
-    since 0.10 with left_pad_source=True; we use left padding for the source)."""
+    """src_tokens, src_lengths and prev_output_tokens of a random batch; the last
+    sentence is shorter and left-padded, like fairseq's translation task pads sources
+    (``left_pad_source=True``)."""
     g = torch.Generator().manual_seed(seed)
     d = model.encoder.dictionary
     nspecial = d.nspecial

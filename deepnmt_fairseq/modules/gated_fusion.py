@@ -34,8 +34,10 @@ class GatedFusion(nn.Module):
             self.w1 = nn.Linear(dim, dim, bias=True)  # carries the bias b
             self.w2 = nn.Linear(dim, dim, bias=False)
             self.norm = nn.LayerNorm(dim) if normalize else None
-        # running statistic for diagnostics (mean gate value of the last forward)
+        # statistics for diagnostics (mean and std of the gate values of the last forward);
+        # the std matters for normalised gates, whose mean stays near sigmoid(LN bias)
         self.last_gate_mean: float | None = None
+        self.last_gate_std: float | None = None
         self.record_gate = False
 
     def gate(self, a_h: torch.Tensor, a_c: torch.Tensor) -> torch.Tensor:
@@ -50,6 +52,7 @@ class GatedFusion(nn.Module):
             return a_h + a_c
         g = self.gate(a_h, a_c)
         if self.record_gate:
-            self.last_gate_mean = float(g.detach().float().mean())
+            gf = g.detach().float()
+            self.last_gate_mean, self.last_gate_std = float(gf.mean()), float(gf.std())
         # g*a_h + (1-g)*a_c, with one multiplication fewer
         return torch.addcmul(a_c, g, a_h - a_c)
