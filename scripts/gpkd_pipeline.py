@@ -19,7 +19,7 @@ Stages (each skipped when its output exists; an interrupted stage resumes):
 Without --data the embedded LibreOffice-help corpus is prepared (as in the
 quickstart).  ``--tiny`` shrinks everything to a CPU smoke test (a minute).
 For WMT, pass the reproduction scripts' settings through --teacher-args and
---student-args (see scripts/README.md).
+--student-args (see docs/reproduction.md).
 """
 
 from __future__ import annotations

@@ -227,3 +227,19 @@ def test_named_architectures_set_defaults_but_flags_win():
     assert model.encoder.layer_norm is not None  # pre-norm
     post = build_model("postnorm_iwslt_6l", [], vocab=30)
     assert post.encoder.layer_norm is None
+
+
+def test_encoder_without_residuals():
+    """Bapna et al. Table 1 'Baseline - residuals': encoder layer outputs are the branches alone."""
+    model = build_model("deepnmt_transformer", TINY + ["--encoder-layers", "1", "--decoder-layers", "1", "--post-norm",
+                                                        "--no-encoder-residual", "--dropout", "0",
+                                                        "--attention-dropout", "0"]).eval()
+    layer = model.encoder.layers[0]
+    x = torch.randn(5, 2, 16)
+    with torch.no_grad():
+        a, _ = layer.self_attn(x, x, x, key_padding_mask=None, need_weights=False)
+        h = layer.self_attn_layer_norm(a)  # no "+ x"
+        f = layer.fc2(torch.relu(layer.fc1(h)))
+        ref = layer.final_layer_norm(f)  # no "+ h"
+        assert torch.allclose(layer(x, None), ref, atol=1e-5)
+    assert model.decoder.layers[0]._residual  # decoder keeps its residuals

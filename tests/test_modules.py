@@ -174,3 +174,18 @@ def test_group_size_must_divide():
     with pytest.raises(ValueError, match="does not divide"):
         check_group_size(10, 4)
     check_group_size(48, 8)
+
+
+def test_skip_only_one_kind_of_sublayer():
+    both = skip_probabilities(2, 0.4)
+    attn = skip_probabilities(2, 0.4, kinds="attn")
+    ffn = skip_probabilities(2, 0.4, kinds="ffn")
+    assert attn == pytest.approx([both[0], 0.0, both[2], 0.0])  # positions keep their Eq. 5 rate
+    assert ffn == pytest.approx([0.0, both[1], 0.0, both[3]])
+    torch.manual_seed(0)
+    s = SublayerSkip(2, 0.9, kinds="ffn")
+    for _ in range(30):
+        scales = s.scales(training=True)
+        assert scales[0] == scales[2] == 1.0  # attention never skipped
+    with pytest.raises(ValueError, match="sub-layer kind"):
+        skip_probabilities(2, 0.4, kinds="both-ish")

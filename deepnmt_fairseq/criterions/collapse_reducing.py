@@ -21,8 +21,11 @@ one.  R-Drop (Table 3) is DDR without CAD, i.e. this
 criterion on a model without ``--cad-drop-depth``.
 
 Cost per training step: DDR adds one decoder pass (the encoder output is
-reused), ALD adds two encoder+decoder passes.  Validation and generation run
-the plain cross-entropy only.
+reused), ALD adds two encoder+decoder passes.  All passes run inside one call of
+the model (``DeepTransformerModel.forward(..., extra_passes=...)``), so a
+DistributedDataParallel wrapper sees one forward per backward and synchronises
+the gradients of every pass.  Validation and generation run the plain
+cross-entropy only.
 """
 
 import math
@@ -88,18 +91,6 @@ class CollapseReducingCriterion(LabelSmoothedCrossEntropyCriterion):
         self.specials = {task.source_dictionary.eos(), task.source_dictionary.bos(), self.padding_idx}
 
     # ------------------------------------------------------------------ pieces
-    def _decode(self, model, sample, encoder_out):
-        """Decoder features (B, T, C) and logits for one pass."""
-        features, extra = model.decoder(sample["net_input"]["prev_output_tokens"], encoder_out=encoder_out,
-                                        features_only=True)
-        return features, (model.decoder.output_layer(features), extra)
-
-    def _pooled(self, model, sample, src_tokens, target_mask):
-        net = sample["net_input"]
-        enc = model.encoder(src_tokens, src_lengths=net["src_lengths"])
-        features, _ = self._decode(model, sample, enc)
-        return masked_mean(features, target_mask)
-
     def _replaceable(self, src_tokens):
         mask = torch.ones_like(src_tokens, dtype=torch.bool)
         for s in self.specials:
@@ -118,32 +109,42 @@ class CollapseReducingCriterion(LabelSmoothedCrossEntropyCriterion):
         target = model.get_targets(sample, None)
         target_mask = target.ne(self.padding_idx)
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
-
-        enc = model.encoder(net["src_tokens"], src_lengths=net["src_lengths"])
-        features, net_output = self._decode(model, sample, enc)
-        ce, nll = self.compute_loss(model, net_output, sample, reduce=reduce)
-        loss = ce
+        ddr = training and self.ddr_alpha > 0
+        ald = training and self.ald_alpha > 0
         logging_output = {}
 
-        if training and self.ddr_alpha > 0:
-            _, net_output2 = self._decode(model, sample, enc)  # fresh dropout and CAD coins
-            ce2, nll2 = self.compute_loss(model, net_output2, sample, reduce=reduce)
-            lp1 = model.get_normalized_probs(net_output, log_probs=True)
-            lp2 = model.get_normalized_probs(net_output2, log_probs=True)
-            ddr = bidirectional_kl(lp1, lp2, target_mask).sum()
-            ce, nll = (ce + ce2) / 2, (nll + nll2) / 2
-            loss = ce + self.ddr_alpha * ddr
-            logging_output["ddr_loss"] = ddr.data
-        if training and self.ald_alpha > 0:
-            src = net["src_tokens"]
-            gamma = torch.rand(src.size(0), device=src.device) * self.ald_p
-            x_pos, x_neg = unk_corrupt(src, (gamma, 1.0 - gamma), self.unk, self._replaceable(src))
-            g = masked_mean(features, target_mask)
-            g_pos = self._pooled(model, sample, x_pos, target_mask)
-            g_neg = self._pooled(model, sample, x_neg, target_mask)
-            ald = ald_loss(g, g_pos, g_neg, self.ald_tau).mean()
-            loss = loss + self.ald_alpha * ald * sample_size
-            logging_output["ald_loss"] = ald.data * src.size(0)  # summed over sentences
+        if not (ddr or ald):  # validation, or both terms off: fairseq's plain forward
+            net_output = model(**net)
+            ce, nll = self.compute_loss(model, net_output, sample, reduce=reduce)
+            loss = ce
+        else:
+            corrupted = ()
+            if ald:
+                src = net["src_tokens"]
+                gamma = torch.rand(src.size(0), device=src.device) * self.ald_p
+                corrupted = unk_corrupt(src, (gamma, 1.0 - gamma), self.unk, self._replaceable(src))
+            # every pass inside ONE call of the (possibly DDP-wrapped) model: the encoder
+            # runs once for the DDR passes, and DDP sees exactly one forward per backward
+            out = model(**net, extra_passes={"decoder_passes": 2 if ddr else 1, "corrupted_sources": corrupted})
+            (features, logits, extra), others = out["passes"][0], out["passes"][1:]
+            net_output = (logits, extra)
+            ce, nll = self.compute_loss(model, net_output, sample, reduce=reduce)
+            loss = ce
+            if ddr:  # the second pass drew its own dropout and CAD coins
+                net_output2 = others[0][1:]
+                ce2, nll2 = self.compute_loss(model, net_output2, sample, reduce=reduce)
+                lp1 = model.get_normalized_probs(net_output, log_probs=True)
+                lp2 = model.get_normalized_probs(net_output2, log_probs=True)
+                ddr_sum = bidirectional_kl(lp1, lp2, target_mask).sum()
+                ce, nll = (ce + ce2) / 2, (nll + nll2) / 2
+                loss = ce + self.ddr_alpha * ddr_sum
+                logging_output["ddr_loss"] = ddr_sum.data
+            if ald:
+                g = masked_mean(features, target_mask)
+                g_pos, g_neg = (masked_mean(f, target_mask) for f in out["corrupted"])
+                ald_mean = ald_loss(g, g_pos, g_neg, self.ald_tau).mean()
+                loss = loss + self.ald_alpha * ald_mean * sample_size
+                logging_output["ald_loss"] = ald_mean.data * target.size(0)  # summed over sentences
         if training and self.encoder_l2 > 0:
             l2 = self.encoder_l2_term(model)
             loss = loss + self.encoder_l2 * l2 * sample_size

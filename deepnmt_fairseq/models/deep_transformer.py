@@ -109,6 +109,7 @@ class BranchScaleMixin:
 
     _branch_scales: Optional[List[Optional[float]]] = None
     _branch_index: int = 0
+    _residual: bool = True  # False: "Baseline - residuals" (Bapna et al. 2018 Table 1)
 
     def residual_connection(self, x, residual):
         scales = self._branch_scales
@@ -116,10 +117,10 @@ class BranchScaleMixin:
             s = scales[self._branch_index]
             self._branch_index += 1
             if s == 0.0:  # skipped: zero (not NaN, even if the branch overflowed in fp16)
-                return residual + torch.nan_to_num(x * 0.0, nan=0.0, posinf=0.0, neginf=0.0)
-            if s is not None and s != 1.0:
+                x = torch.nan_to_num(x * 0.0, nan=0.0, posinf=0.0, neginf=0.0)
+            elif s is not None and s != 1.0:
                 x = x * s
-        return residual + x
+        return residual + x if self._residual else x
 
 
 class DeepEncoderLayer(BranchScaleMixin, transformer_layer.TransformerEncoderLayerBase):
@@ -129,6 +130,7 @@ class DeepEncoderLayer(BranchScaleMixin, transformer_layer.TransformerEncoderLay
         self._opts = opts
         self._context = context
         super().__init__(cfg)
+        self._residual = not opts.no_encoder_residual
 
     def build_self_attention(self, embed_dim, cfg):
         rpr = self._opts.rpr_max_relative_position
@@ -230,7 +232,7 @@ class _SkipScheduleMixin:
         whether the saved weights were trained with skipping (Eq. 6 rescaling)."""
         self.skip = None
         if enabled:
-            self.skip = SublayerSkip(num_layers, self.opts.ssl_rate, self.opts.ssl_mode)
+            self.skip = SublayerSkip(num_layers, self.opts.ssl_rate, self.opts.ssl_mode, self.opts.ssl_sublayers)
             self.register_buffer("ssl_active", torch.tensor(self.opts.ssl_start_update <= 0))
             self.skip.active = bool(self.ssl_active)
 
@@ -504,6 +506,36 @@ class DeepTransformerModel(TransformerModel):
 
         deep_base_architecture(args)
         return super().build_model(args, task)
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
+                features_only: bool = False, alignment_layer: Optional[int] = None,
+                alignment_heads: Optional[int] = None, extra_passes: Optional[Dict[str, Any]] = None):
+        """fairseq's forward; with ``extra_passes`` the collapse-reducing passes (see
+        :meth:`forward_passes`), so that a DDP wrapper sees them as one forward."""
+        if extra_passes is not None:
+            return self.forward_passes(src_tokens, src_lengths, prev_output_tokens, **extra_passes)
+        return super().forward(src_tokens, src_lengths, prev_output_tokens, return_all_hiddens=return_all_hiddens,
+                               features_only=features_only, alignment_layer=alignment_layer,
+                               alignment_heads=alignment_heads)
+
+    def forward_passes(self, src_tokens, src_lengths, prev_output_tokens, decoder_passes: int = 1,
+                       corrupted_sources=()):
+        """Several decoder passes over one encoder output (DDR), plus encoder+decoder
+        passes over corrupted sources (ALD), each with its own dropout and CAD coins.
+
+        Returns ``{"passes": [(features (B, T, d), logits, extra), ...],
+        "corrupted": [features, ...]}``.
+        """
+        enc = self.encoder(src_tokens, src_lengths=src_lengths)
+        passes = []
+        for _ in range(decoder_passes):
+            features, extra = self.decoder(prev_output_tokens, encoder_out=enc, features_only=True)
+            passes.append((features, self.decoder.output_layer(features), extra))
+        corrupted = []
+        for src in corrupted_sources:
+            enc_c = self.encoder(src, src_lengths=src_lengths)
+            corrupted.append(self.decoder(prev_output_tokens, encoder_out=enc_c, features_only=True)[0])
+        return {"passes": passes, "corrupted": corrupted}
 
     @classmethod
     def build_encoder(cls, cfg, src_dict, embed_tokens):

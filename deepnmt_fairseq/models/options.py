@@ -15,6 +15,7 @@ MEMORY_CHOICES = ChoiceEnum(["top", "transparent", "msc"])
 FUSION_CHOICES = ChoiceEnum(["gate", "add"])
 CONTEXT_CELL_CHOICES = ChoiceEnum(["gru", "ffn", "none"])
 SKIP_MODE_CHOICES = ChoiceEnum(["sublayer", "layer"])
+SUBLAYER_CHOICES = ChoiceEnum(["both", "attn", "ffn"])
 
 
 @dataclass
@@ -25,6 +26,13 @@ class DeepTransformerOptions(FairseqDataclass):
             "help": "post-norm layers (LayerNorm after each residual, Vaswani et al. 2017) in "
             "encoder and decoder instead of this plugin's pre-norm default (Wang et al. 2019a); "
             "the 'plain deep stacks fail' baselines"
+        },
+    )
+    no_encoder_residual: bool = field(
+        default=False,
+        metadata={
+            "help": "remove the residual connections of the encoder layers (Bapna et al. 2018 "
+            "Table 1, 'Baseline - residuals')"
         },
     )
     # ---- what each decoder layer attends to ------------------------------
@@ -107,6 +115,13 @@ class DeepTransformerOptions(FairseqDataclass):
         metadata={
             "help": "'sublayer' = skipping sub-layer (Li et al. 2021); 'layer' = "
             "Stochastic Layers (Pham et al. 2019): whole layers with p_l = l/L*rate (Table 4)"
+        },
+    )
+    ssl_sublayers: SUBLAYER_CHOICES = field(
+        default="both",
+        metadata={
+            "help": "which sub-layers may be skipped (Li et al. 2021 Table 5): 'both' (default), "
+            "'attn' (Skip SAN) or 'ffn' (Skip FFN); p_l keeps its position l in the 2L numbering"
         },
     )
     ssl_decoder: bool = field(

@@ -31,8 +31,27 @@ import torch
 SKIP_MODES = ("sublayer", "layer")
 
 
-def skip_probabilities(num_layers: int, rate: float, mode: str = "sublayer") -> List[float]:
-    """Omission probability of each of the 2L sub-layers, in stack order."""
+SUBLAYER_KINDS = ("both", "attn", "ffn")
+
+
+def skip_probabilities(num_layers: int, rate: float, mode: str = "sublayer", kinds: str = "both") -> List[float]:
+    """Omission probability of each of the 2L sub-layers, in stack order.
+
+    ``kinds`` restricts skipping to the attention (``"attn"``, Table 5 "Skip SAN") or
+    FFN (``"ffn"``, "Skip FFN") sub-layers; the others get p = 0 and every sub-layer
+    keeps its position l in the 2L numbering of Eq. 5.
+    """
+    if kinds not in SUBLAYER_KINDS:
+        raise ValueError(f"unknown sub-layer kind {kinds!r}; choose one of {SUBLAYER_KINDS}")
+    probs = _skip_probabilities(num_layers, rate, mode)
+    if kinds == "attn":
+        probs = [p if l % 2 == 0 else 0.0 for l, p in enumerate(probs)]
+    elif kinds == "ffn":
+        probs = [p if l % 2 == 1 else 0.0 for l, p in enumerate(probs)]
+    return probs
+
+
+def _skip_probabilities(num_layers: int, rate: float, mode: str) -> List[float]:
     if mode not in SKIP_MODES:
         raise ValueError(f"unknown skip mode {mode!r}; choose one of {SKIP_MODES}")
     if not 0.0 <= rate <= 1.0:
@@ -46,10 +65,10 @@ def skip_probabilities(num_layers: int, rate: float, mode: str = "sublayer") -> 
 class SublayerSkip:
     """Draws the branch scales of a stack's 2L sub-layers for one forward pass."""
 
-    def __init__(self, num_layers: int, rate: float, mode: str = "sublayer"):
+    def __init__(self, num_layers: int, rate: float, mode: str = "sublayer", kinds: str = "both"):
         self.num_layers = num_layers
         self.mode = mode
-        self.probs = skip_probabilities(num_layers, rate, mode)
+        self.probs = skip_probabilities(num_layers, rate, mode, kinds)
         self.active = True  # switched by the two-stage schedule
 
     def scales(self, training: bool, device=None) -> Optional[List[float]]:
@@ -62,4 +81,4 @@ class SublayerSkip:
             u = torch.rand(len(self.probs)).tolist()
         else:  # one coin for both sub-layers of a layer
             u = [v for v in torch.rand(self.num_layers).tolist() for _ in range(2)]
-        return [1.0 if ui > p else 0.0 for ui, p in zip(u, self.probs)]
+        return [1.0 if ui > p or p == 0.0 else 0.0 for ui, p in zip(u, self.probs)]

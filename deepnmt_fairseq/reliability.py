@@ -1,0 +1,465 @@
+"""Reliability guards for fairseq 0.12 runs of the plugin (issue 9; docs/reliability.md).
+
+:func:`install` (idempotent; :func:`uninstall` undoes it) fixes what we measured going
+wrong in fairseq 0.12.3 on Python 3.11 / torch 2.13, by subclassing or wrapping fairseq's
+own hooks; the happy path is unchanged except where fairseq loses data:
+
+1. **Atomic checkpoint copies.**  fairseq writes the first checkpoint of a save atomically
+   (``file.tmp`` + rename) but *copies* it to the others (``checkpoint_last.pt``,
+   ``checkpoint_best.pt``) with ``shutil.copyfile`` straight onto the destination: a
+   SIGTERM (cluster pre-emption, ``kill``) during that copy leaves a truncated
+   ``checkpoint_last.pt`` and the run cannot resume.  ``checkpoint_utils.PathManager``
+   becomes :class:`AtomicCopyPathManager`, whose ``copy`` writes a temporary file next to
+   the destination, fsyncs it and renames it over the destination.
+2. **No silently dropped sentences.**  ``data_utils.batch_by_size`` drops the last batch
+   whenever its size is not a multiple of ``--required-batch-size-multiple`` (default 8):
+   ``fairseq-generate`` then translates e.g. 8 of 10 test sentences without a word,
+   ``fairseq-validate`` scores a subset, and training never sees the longest sentences
+   (the last batch of the length-sorted order).  The dropped tail is re-appended as one
+   smaller batch (it already satisfied ``--max-tokens``/``--batch-size``).
+3. **Clear errors for empty training data.**  An empty split (fairseq-preprocess of an
+   empty file) fails in fairseq with "cannot mmap an empty file"; a training split whose
+   every pair is longer than ``--max-source-positions``/``--max-target-positions`` fails
+   with ``IndexError: list index out of range`` (or "The dataset is empty").  Both now
+   raise :class:`EmptyDatasetError` naming the file / split, the limits and the shortest
+   pair.
+4. **Checkpoint/model mismatches explained.**  Loading a checkpoint into a model of
+   another shape (``--restore-file``, ``--finetune-from-model``, ``fairseq-generate`` with
+   another dictionary) gives torch's list of hundreds of missing keys and size mismatches,
+   wrapped in fairseq's "please ensure that the architectures match".  It now raises
+   :class:`CheckpointMismatchError`: "checkpoint X has 2 encoder layers, ...; this model
+   has 3 ...".
+5. **``--ddp-backend c10d`` on CPU.**  fairseq passes ``device_ids=[0]`` to torch's
+   DistributedDataParallel whatever the device, which torch refuses for a CPU module.
+   The DDP class fairseq instantiates becomes :class:`CPUCompatibleDDP`, which drops
+   ``device_ids``/``output_device`` for CPU modules (GPU runs are unchanged).
+6. **No silent divergence under c10d.**  torch's DDP synchronises gradients only for a
+   backward pass whose forward went through ``DistributedDataParallel.forward``.  A
+   criterion that calls ``model.encoder``/``model.decoder`` directly (it gets the DDP
+   wrapper, whose attribute access reaches the inner model) trains every rank on its own
+   gradients: the replicas drift apart without any error.  :class:`CPUCompatibleDDP`
+   counts its forward calls and the trainer's step raises :class:`DDPBypassError` (before
+   the optimizer step) when a training step made none.  ``--ddp-backend legacy_ddp``
+   all-reduces gradients explicitly and is not affected.
+
+The plugin keeps skipped sub-layers in the autograd graph (``graph_tie`` and
+``BranchScaleMixin`` in ``models/deep_transformer.py``), so c10d DDP works without
+``--find-unused-parameters``; the distributed tests check both DDP backends.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import tempfile
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+class EmptyDatasetError(ValueError):
+    """A data split has no sentences, or none that fits the length limits."""
+
+
+class CheckpointMismatchError(RuntimeError):
+    """A checkpoint's parameters do not fit the model built for it."""
+
+
+class DDPBypassError(RuntimeError):
+    """A training step computed its loss without DistributedDataParallel.forward."""
+
+
+# --------------------------------------------------------------------------- bookkeeping
+_PATCHES: List[Tuple[object, str, object]] = []  # (owner, attribute, original)
+_INSTALLED = False
+_LAST_CHECKPOINT: Dict[str, Optional[str]] = {"path": None}
+
+
+def _patch(owner, name: str, new) -> None:
+    _PATCHES.append((owner, name, getattr(owner, name)))
+    setattr(owner, name, new)
+
+
+def install() -> None:
+    """Install every guard listed in the module docstring (idempotent)."""
+    global _INSTALLED
+    if _INSTALLED:
+        return
+    from fairseq import checkpoint_utils, trainer
+    from fairseq.data import data_utils, indexed_dataset
+    from fairseq.models import distributed_fairseq_model, fairseq_model
+
+    _patch(checkpoint_utils, "PathManager", AtomicCopyPathManager)
+    _patch(data_utils, "batch_by_size", _keep_last_batch(data_utils.batch_by_size))
+    _patch(indexed_dataset, "make_dataset", _refuse_empty_file(indexed_dataset.make_dataset))
+    _patch(trainer.Trainer, "get_train_iterator", _explain_empty_train(trainer.Trainer.get_train_iterator))
+    _patch(checkpoint_utils, "load_checkpoint_to_cpu", _remember_path(checkpoint_utils.load_checkpoint_to_cpu))
+    _patch(fairseq_model.BaseFairseqModel, "load_state_dict",
+           _explain_mismatch(fairseq_model.BaseFairseqModel.load_state_dict))
+    _patch(trainer.Trainer, "load_checkpoint", _unwrap_mismatch(trainer.Trainer.load_checkpoint))
+    _patch(distributed_fairseq_model, "DistributedDataParallel", CPUCompatibleDDP)
+    _patch(trainer.Trainer, "train_step", _check_ddp_forward(trainer.Trainer.train_step))
+    _INSTALLED = True
+
+
+def uninstall() -> None:
+    """Restore fairseq's originals (tests use it to show what the guards prevent)."""
+    global _INSTALLED
+    while _PATCHES:
+        owner, name, original = _PATCHES.pop()
+        setattr(owner, name, original)
+    _INSTALLED = False
+
+
+def installed() -> bool:
+    return _INSTALLED
+
+
+# --------------------------------------------------------------------------- 1. atomic copies
+def atomic_copy(src: str, dst: str) -> None:
+    """Copy ``src`` to ``dst`` so that ``dst`` is either the old or the complete new file.
+
+    The bytes go to a temporary file in the destination's directory (same file system),
+    which is flushed, fsynced and renamed over ``dst`` (``os.replace`` is atomic on POSIX).
+    A process killed half-way leaves ``dst`` untouched and a stray ``.<name>.*.tmp``.
+    """
+    dst_dir = os.path.dirname(os.path.abspath(dst))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dst)}.", suffix=".tmp", dir=dst_dir)
+    os.close(fd)
+    try:
+        shutil.copyfile(src, tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give it a normal file's mode
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, dst)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+try:  # pragma: no branch
+    from fairseq.file_io import PathManager as _FairseqPathManager
+except ImportError:  # pragma: no cover - plugin used without fairseq
+    _FairseqPathManager = object  # type: ignore
+
+
+class AtomicCopyPathManager(_FairseqPathManager):  # type: ignore[misc,valid-type]
+    """fairseq's ``PathManager`` whose ``copy`` is atomic for local files."""
+
+    @staticmethod
+    def copy(src_path: str, dst_path: str, overwrite: bool = False) -> bool:
+        if _FairseqPathManager.path_requires_pathmanager(dst_path):  # remote store: fairseq's own
+            return _FairseqPathManager.copy(src_path, dst_path, overwrite=overwrite)
+        if not overwrite and os.path.exists(dst_path):
+            return False
+        atomic_copy(src_path, dst_path)
+        return True
+
+
+# --------------------------------------------------------------------------- 2. last batch
+def _keep_last_batch(batch_by_size):
+    def wrapper(indices, num_tokens_fn, num_tokens_vec=None, max_tokens=None, max_sentences=None,
+                required_batch_size_multiple=1, fixed_shapes=None):
+        if not isinstance(indices, np.ndarray):
+            indices = np.fromiter(indices, dtype=np.int64, count=-1)
+        if len(indices) == 0:  # fairseq: IndexError on b[-1]
+            return []
+        batches = batch_by_size(indices, num_tokens_fn, num_tokens_vec, max_tokens, max_sentences,
+                                required_batch_size_multiple, fixed_shapes)
+        if fixed_shapes is not None or required_batch_size_multiple <= 1:
+            return batches
+        covered = sum(len(b) for b in batches)
+        if covered < len(indices):
+            # batches are consecutive slices of ``indices``; the dropped tail is the last one
+            head = np.concatenate(batches) if batches else indices[:0]
+            if np.array_equal(head, indices[:covered]):
+                batches = list(batches) + [indices[covered:].copy()]
+        return batches
+
+    wrapper.__wrapped__ = batch_by_size
+    wrapper.__doc__ = batch_by_size.__doc__
+    return wrapper
+
+
+# --------------------------------------------------------------------------- 3. empty data
+def _refuse_empty_file(make_dataset):
+    def wrapper(path, impl, fix_lua_indexing=False, dictionary=None):
+        if impl in ("mmap", "lazy", "cached"):
+            from fairseq.data.indexed_dataset import data_file_path
+
+            bin_path = data_file_path(path)
+            if os.path.isfile(bin_path) and os.path.getsize(bin_path) == 0:
+                raise EmptyDatasetError(
+                    f"dataset {bin_path} is empty: this split has no sentences (fairseq-preprocess "
+                    f"was given an empty text file). Give it a non-empty --trainpref/--validpref/"
+                    f"--testpref, or leave the split out."
+                )
+        return make_dataset(path, impl, fix_lua_indexing=fix_lua_indexing, dictionary=dictionary)
+
+    wrapper.__wrapped__ = make_dataset
+    return wrapper
+
+
+def _pair_sizes(dataset) -> Tuple[Optional[np.ndarray], Optional[np.ndarray]]:
+    src = getattr(dataset, "src_sizes", None)
+    tgt = getattr(dataset, "tgt_sizes", None)
+    if src is None:
+        src = getattr(dataset, "sizes", None)
+        if src is not None and getattr(src, "ndim", 1) == 2:
+            src, tgt = src[:, 0], src[:, 1]
+    return (None if src is None else np.asarray(src)), (None if tgt is None else np.asarray(tgt))
+
+
+def describe_unusable_split(trainer) -> Optional[str]:
+    """Why the training split yields no batch, or None if it does not look empty."""
+    from fairseq import utils
+
+    split = trainer.cfg.dataset.train_subset
+    dataset = getattr(trainer.task, "datasets", {}).get(split)
+    if dataset is None:
+        return None
+    data = getattr(getattr(trainer.task, "cfg", None), "data", "?")
+    if len(dataset) == 0:
+        return f"the training split '{split}' of {data} has no sentences"
+    max_positions = utils.resolve_max_positions(
+        trainer.task.max_positions(), trainer.model.max_positions(), trainer.cfg.dataset.max_tokens
+    )
+    kept = trainer.task.filter_indices_by_size(
+        np.arange(len(dataset), dtype=np.int64), dataset, max_positions, ignore_invalid_inputs=True
+    )
+    if len(kept) > 0:
+        return None
+    src, tgt = _pair_sizes(dataset)
+    shortest = ""
+    if src is not None:
+        i = int(np.argmin(src + (tgt if tgt is not None else 0)))
+        shortest = f"; the shortest pair has {int(src[i])} source" + (
+            f" / {int(tgt[i])} target tokens" if tgt is not None else " tokens")
+    return (
+        f"all {len(dataset)} sentence pairs of the training split '{split}' of {data} are longer than the "
+        f"allowed maximum of {max_positions} (source, target) tokens (the smallest of --max-source-positions/"
+        f"--max-target-positions, the model's maximum positions and --max-tokens "
+        f"{trainer.cfg.dataset.max_tokens}){shortest}. Raise these limits or check the data."
+    )
+
+
+def _explain_empty_train(get_train_iterator):
+    def wrapper(self, *args, **kwargs):
+        try:
+            return get_train_iterator(self, *args, **kwargs)
+        except EmptyDatasetError:
+            raise
+        except Exception as err:
+            try:
+                problem = describe_unusable_split(self)
+            except Exception:  # the diagnosis must never hide the original error
+                problem = None
+            if problem is None:
+                raise
+            raise EmptyDatasetError(problem) from err
+
+    wrapper.__wrapped__ = get_train_iterator
+    return wrapper
+
+
+# --------------------------------------------------------------------------- 4. mismatches
+def _remember_path(load_checkpoint_to_cpu):
+    def wrapper(path, *args, **kwargs):
+        _LAST_CHECKPOINT["path"] = str(path)
+        return load_checkpoint_to_cpu(path, *args, **kwargs)
+
+    wrapper.__wrapped__ = load_checkpoint_to_cpu
+    for attr in ("_deepnmt_safe",):  # keep checkpoint_safety's marker visible
+        if hasattr(load_checkpoint_to_cpu, attr):
+            setattr(wrapper, attr, getattr(load_checkpoint_to_cpu, attr))
+    return wrapper
+
+
+_LAYER = re.compile(r"^(encoder|decoder)\.layers\.(\d+)\.")
+
+# parameter-name markers of the plugin's mechanisms (shown when one side lacks them)
+_FEATURES = {
+    "encoder.context_cell.": "MSC context cell (--msc-context-cell)",
+    ".context_attn.": "MSC context attention (--deep-memory msc)",
+    ".fusion.w1.": "MSC gated fusion (--msc-fusion gate)",
+    "encoder.layer_mix.": "transparent attention (--deep-memory transparent)",
+    ".relative.keys": "relative positions (--rpr-max-relative-position)",
+    ".relative.values": "relative position values (--rpr-values)",
+    "ssl_active": "skipping sub-layer schedule (--ssl-rate)",
+}
+
+
+def _shape_summary(state: Dict[str, torch.Tensor]) -> Dict[str, object]:
+    out: Dict[str, object] = {}
+    for side in ("encoder", "decoder"):
+        idx = {int(m.group(2)) for k in state if (m := _LAYER.match(k)) and m.group(1) == side}
+        out[f"{side} layers"] = max(idx) + 1 if idx else 0
+    for key, label in (("encoder.embed_tokens.weight", "source dictionary"),
+                       ("decoder.embed_tokens.weight", "target dictionary")):
+        if key in state:
+            out[label] = int(state[key].shape[0])
+    if "encoder.embed_tokens.weight" in state:
+        out["embedding dim"] = int(state["encoder.embed_tokens.weight"].shape[1])
+    for side in ("encoder", "decoder"):
+        key = f"{side}.layers.0.fc1.weight"
+        if key in state:
+            out[f"{side} FFN dim"] = int(state[key].shape[0])
+    if out["decoder layers"]:  # CAD with --cad-drop-ratio 1.0 builds layers without it
+        cross = {m.group(1) for k in state if (m := re.match(r"^decoder\.layers\.(\d+)\.encoder_attn\.", k))}
+        out["decoder layers with cross-attention"] = len(cross)
+    for marker, label in _FEATURES.items():
+        out[label] = any(marker in k for k in state)
+    return out
+
+
+def _fmt(name: str, value) -> str:
+    if isinstance(value, bool):
+        return f"{'' if value else 'no '}{name}"
+    if name.endswith("dictionary"):
+        return f"a {name} of {value} symbols"
+    return f"{value} {name}" if "layers" in name else f"{name} {value}"
+
+
+def describe_mismatch(model_state: Dict[str, torch.Tensor], ckpt_state: Dict[str, torch.Tensor],
+                      path: Optional[str] = None) -> Optional[str]:
+    """'checkpoint X has N encoder layers / a dictionary of V symbols, this model has M / W'."""
+    have, want = _shape_summary(ckpt_state), _shape_summary(model_state)
+    diffs = [k for k in want if k in have and have[k] != want[k]]
+    if not diffs:
+        missing = sorted(set(model_state) - set(ckpt_state))
+        extra = sorted(set(ckpt_state) - set(model_state))
+        shapes = sorted(k for k in set(model_state) & set(ckpt_state)
+                        if tuple(model_state[k].shape) != tuple(ckpt_state[k].shape))
+        if not (missing or extra or shapes):
+            return None
+        detail = "; ".join(
+            f"{label}: {', '.join(keys[:3])}{' ...' if len(keys) > 3 else ''}"
+            for label, keys in (("missing in the checkpoint", missing), ("unexpected", extra),
+                                ("other shapes", shapes)) if keys
+        )
+        return (f"checkpoint {path or '<checkpoint>'} does not fit this model ({detail}); "
+                f"build the model with the checkpoint's architecture flags")
+    ckpt = ", ".join(_fmt(k, have[k]) for k in diffs)
+    mine = ", ".join(_fmt(k, want[k]) for k in diffs)
+    hint = ""
+    if any(k.endswith("dictionary") for k in diffs):
+        hint = (" The dictionary comes from the data directory (dict.*.txt): use the data-bin the "
+                "checkpoint was trained with, or binarize with its dictionaries (--srcdict/--tgtdict).")
+    if "decoder layers with cross-attention" in diffs:
+        hint += (" Decoder layers 1..--cad-drop-depth have no cross-attention when --cad-drop-ratio is 1.0.")
+    if any("layers" in k or k.endswith("dim") or k in _FEATURES.values() for k in diffs):
+        hint += (" Give the same architecture flags as the checkpoint (fewer layers from a deep "
+                 "model: deepnmt-extract-student).")
+    return f"checkpoint {path or '<checkpoint>'} has {ckpt}; this model has {mine}.{hint}"
+
+
+def _explain_mismatch(load_state_dict):
+    def wrapper(self, state_dict, strict=True, model_cfg=None, args=None):
+        try:
+            return load_state_dict(self, state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        except RuntimeError as err:
+            if "size mismatch" not in str(err) and "key(s) in state_dict" not in str(err):
+                raise
+            try:
+                message = describe_mismatch(self.state_dict(), state_dict, _LAST_CHECKPOINT["path"])
+            except Exception:
+                message = None
+            if message is None:
+                raise
+            raise CheckpointMismatchError(message) from err
+
+    wrapper.__wrapped__ = load_state_dict
+    return wrapper
+
+
+def _unwrap_mismatch(load_checkpoint):
+    """fairseq's trainer replaces any load error by 'please ensure that the architectures
+    match'; surface our explanation instead (the original stays chained)."""
+
+    def wrapper(self, *args, **kwargs):
+        try:
+            return load_checkpoint(self, *args, **kwargs)
+        except CheckpointMismatchError:
+            raise
+        except Exception as err:
+            cause = err.__cause__ or err.__context__
+            if isinstance(cause, CheckpointMismatchError):
+                raise CheckpointMismatchError(str(cause)) from cause
+            raise
+
+    wrapper.__wrapped__ = load_checkpoint
+    return wrapper
+
+
+# --------------------------------------------------------------------------- 5. c10d on CPU
+class CPUCompatibleDDP(torch.nn.parallel.DistributedDataParallel):
+    """torch's DDP, minus the ``device_ids`` fairseq passes for CPU modules.
+
+    fairseq 0.12 always calls ``DistributedDataParallel(module, device_ids=[device_id],
+    output_device=device_id, ...)``; torch refuses device ids for a CPU module ("device_ids
+    and output_device arguments only work with single-device/multiple-device GPU
+    modules"), so ``--cpu --ddp-backend c10d`` never started.  GPU modules are unchanged.
+    """
+
+    def __init__(self, module, device_ids=None, output_device=None, *args, **kwargs):
+        params = list(module.parameters())
+        if device_ids is not None and params and all(p.device.type == "cpu" for p in params):
+            device_ids, output_device = None, None
+        super().__init__(module, device_ids, output_device, *args, **kwargs)
+        self.deepnmt_forward_calls = 0
+
+    def forward(self, *args, **kwargs):
+        self.deepnmt_forward_calls += 1
+        return super().forward(*args, **kwargs)
+
+
+def _torch_ddp(model) -> Optional[CPUCompatibleDDP]:
+    """The CPUCompatibleDDP inside fairseq's ModuleProxyWrapper, if any."""
+    inner = getattr(model, "module", None) if not isinstance(model, CPUCompatibleDDP) else model
+    return inner if isinstance(inner, CPUCompatibleDDP) else None
+
+
+def _check_ddp_forward(train_step):
+    """Wrap ``Trainer.train_step``: each call of ``task.train_step`` (forward + backward of
+    one micro-batch) must have gone through DistributedDataParallel.forward."""
+
+    def wrapper(self, samples, *args, **kwargs):
+        ddp = _torch_ddp(self.model) if self.data_parallel_world_size > 1 else None
+        if ddp is None:
+            return train_step(self, samples, *args, **kwargs)
+        task = self.task
+        inner = task.train_step
+        criterion = type(self.get_criterion()).__name__
+
+        def checked(*a, **k):
+            before = ddp.deepnmt_forward_calls
+            out = inner(*a, **k)
+            if ddp.deepnmt_forward_calls == before:
+                raise DDPBypassError(
+                    f"rank {self.data_parallel_rank}: the criterion {criterion} computed the loss without "
+                    f"calling the model through DistributedDataParallel.forward (e.g. model.encoder(...) / "
+                    f"model.decoder(...) directly), so --ddp-backend {self.cfg.distributed_training.ddp_backend} "
+                    f"would not synchronise its gradients and the ranks would silently diverge. Use "
+                    f"--ddp-backend legacy_ddp (alias no_c10d), which all-reduces the gradients explicitly."
+                )
+            return out
+
+        task.train_step = checked
+        try:
+            return train_step(self, samples, *args, **kwargs)
+        finally:
+            if task.__dict__.get("train_step") is checked:
+                del task.train_step
+
+    wrapper.__wrapped__ = train_step
+    return wrapper

@@ -1,0 +1,774 @@
+#!/usr/bin/env python
+"""The experiment registry: one entry per row of the papers' tables, and the CLI
+behind scripts/train.sh and scripts/evaluate.sh.
+
+    python scripts/experiments.py list [--table KEY]         # names, tables, rows
+    python scripts/experiments.py show NAME                   # settings, notes, commands
+    python scripts/experiments.py train NAME [--dry-run] [--gpus N] ... [-- fairseq flags]
+    python scripts/experiments.py evaluate NAME [--dry-run] [--checkpoint-dir DIR] ...
+    python scripts/experiments.py --write-configs [--config-dir configs]
+    python scripts/experiments.py --check-configs             # exit 1 if configs/ drifted
+
+Importable without fairseq: ``EXPERIMENTS`` (name -> Experiment), ``TABLES`` (the
+papers' tables, rows pointing at experiments).  Hyper-parameters come from the
+papers' settings sections; where a paper is silent the value follows its cited
+setup (Vaswani et al. 2017, Ott et al. 2018, Wang et al. 2019a) and a note says so
+(``show NAME`` prints them; docs/reproduction.md lists them all).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from repro.spec import (  # noqa: E402
+    EvalSpec,
+    Experiment,
+    ExtractStage,
+    Recipe,
+    Ref,
+    Row,
+    SkdStage,
+    Table,
+    TrainStage,
+    vaswani_lr,
+)
+
+MSC = "Wei et al. 2020, Multiscale Collaborative Deep Models for NMT (MSC)"
+BAPNA = "Bapna et al. 2018, Training Deeper NMT Models with Transparent Attention"
+DD = "What Works and Doesn't Work, A Deep Decoder for NMT (CAD/CRT)"
+GPKD = "Li et al. 2021, Learning Light-Weight Translation Models from Deep Transformer (GPKD)"
+
+EXPERIMENTS: Dict[str, Experiment] = {}
+TABLES: List[Table] = []
+
+
+def _add(exp: Experiment) -> str:
+    if exp.name in EXPERIMENTS:
+        raise ValueError(f"duplicate experiment name {exp.name}")
+    EXPERIMENTS[exp.name] = exp
+    return exp.name
+
+
+def _single(name, paper, dataset, arch, recipe, ev, title, model_flags=(), criterion="label_smoothed_cross_entropy",
+            criterion_flags=(), notes=(), init=None, data=None) -> str:
+    stage = TrainStage(arch=arch, recipe=recipe, model_flags=tuple(model_flags), criterion=criterion,
+                       criterion_flags=tuple(criterion_flags), init=init, data=data)
+    return _add(Experiment(name=name, paper=paper, dataset=dataset, stages=(stage,), eval=ev, title=title,
+                           notes=tuple(notes)))
+
+
+# Criterion flag sets -------------------------------------------------------------------
+CR = "collapse_reducing"
+# MSC Table 2 row 6: L2 on the encoder weights, no DDR/ALD (the criterion's L2 term alone).
+L2 = ("--ddr-alpha", "0", "--ald-alpha", "0", "--encoder-l2", "1e-5")
+# Deep-decoder Sec. 3.4 CRT = DDR + ALD; the alphas, p_ALD and tau are not in the paper
+# (criterion docstring: alpha_DDR 1, alpha_ALD 0.5, p_ALD 0.3 (Fig. 3), tau 0.1 (Fig. 3)).
+CRT = ("--ddr-alpha", "1.0", "--ald-alpha", "0.5", "--ald-p", "0.3", "--ald-tau", "0.1")
+DDR_ONLY = ("--ddr-alpha", "1.0", "--ald-alpha", "0")
+ALD_ONLY = ("--ddr-alpha", "0", "--ald-alpha", "0.5", "--ald-p", "0.3", "--ald-tau", "0.1")
+
+# ======================================================================================
+# MSC (Wei et al. 2020)
+# ======================================================================================
+_VASWANI_NOTES = (
+    ("adam_eps", "1e-9 as Vaswani et al. 2017 (not in the paper)"),
+    ("clip_norm", "0 = no clipping (Vaswani et al. 2017; not in the paper)"),
+    ("weight_decay", "0 (not in the paper)"),
+    ("warmup_init_lr", "1e-7, fairseq's usual start of the linear warm-up (not in the paper)"),
+    ("max_tokens", "4096 per GPU and forward pass (not in the paper); --update-freq keeps tokens_per_update"),
+)
+
+
+def msc_iwslt_recipe(deep: bool, d_model: int = 256) -> Recipe:
+    w = 8000 if deep else 4000
+    return Recipe(
+        lr=vaswani_lr(d_model, w), warmup_updates=w, max_update=15000,
+        tokens_per_update=32768 if deep else 16384, adam_betas="(0.9, 0.98)", save="epoch", keep=10,
+        notes=(("lr", f"peak of Vaswani's schedule d^-0.5*w^-0.5 (d={d_model}, w={w}); MSC Sec. 4.1: "
+                      "'adaptive learning rate schedule ... as in (Vaswani et al., 2017)', warm-up 4K shallow / 8K deep"),
+               ("tokens_per_update", "Sec. 4.1: 16K~32K tokens per batch; our split: 16K for 6-layer, 32K for "
+                                     "the deep models (the paper uses larger batches for deeper models)"),
+               ("max_update", "15K steps for small models (Sec. 4.1)"),
+               ("save", "not in the paper for IWSLT: one checkpoint per epoch, last 5 averaged (its WMT base setting)"),
+               ) + _VASWANI_NOTES,
+    )
+
+
+IWSLT_EVAL = EvalSpec(
+    beam=5, lenpen=1.0, average=5, primary="tok_bleu_lc", batch_size=32, lowercase=True,
+    notes=("Sec. 4.1: beam 5, length penalty 1.0; tokenized case-insensitive BLEU (multi-bleu.perl -lc)",
+           "batch 32 with beam 5 is Table 2's decoding-speed setting (tokens/s)",
+           "averaging the last 5 epoch checkpoints is our choice (the paper states averaging only for WMT)"),
+)
+
+MSC_WMT_BASE = Recipe(
+    lr=vaswani_lr(512, 8000), warmup_updates=8000, max_update=100000, tokens_per_update=65536,
+    adam_betas="(0.9, 0.98)", save="epoch", keep=10,
+    notes=(("lr", "peak of Vaswani's schedule d^-0.5*w^-0.5 (d=512, w=8K warm-up, Sec. 4.1)"),
+           ("tokens_per_update", "65K tokens per update (Sec. 4.1, following Ott et al. 2018: 8 GPUs x 8 accumulated steps)"),
+           ("max_update", "100K steps for base (Sec. 4.1)"),
+           ("dropout", "0.1 (Vaswani base); Sec. 4.1 uses 'relatively larger ... dropout for deeper models' without values"),
+           ) + _VASWANI_NOTES,
+)
+MSC_WMT_BIG = MSC_WMT_BASE.with_(
+    lr=vaswani_lr(1024, 16000), warmup_updates=16000, max_update=300000, adam_betas="(0.9, 0.998)", keep=25,
+    notes=(("lr (big)", "d=1024, w=16K warm-up, Adam beta2 0.998 (Sec. 4.1)"),
+           ("max_update (big)", "300K steps for big (Sec. 4.1)"),
+           ("dropout (big)", "0.3 (Vaswani big En-De)")),
+)
+
+
+def wmt_ende_eval(average: int, batch_size: int = 128, extra_notes=()) -> EvalSpec:
+    return EvalSpec(
+        beam=4, lenpen=0.6, average=average, primary="tok_bleu_compound_split", batch_size=batch_size,
+        notes=("beam 4, length penalty 0.6",
+               "tokenized case-sensitive BLEU with compound splitting (##AT##-##AT##), the convention of the "
+               "WMT14 En-De systems these papers compare with (Vaswani 2017, Ott 2018, Wang 2019a)",
+               "detokenized sacreBLEU is reported next to it") + tuple(extra_notes),
+    )
+
+
+MSC_WMT_EVAL_BASE = wmt_ende_eval(5, extra_notes=("last 5 epoch checkpoints averaged (Sec. 4.1)",))
+MSC_WMT_EVAL_BIG = wmt_ende_eval(20, extra_notes=("last 20 epoch checkpoints averaged (Sec. 4.1)",))
+
+_MSC_DIRS = {"ende": "iwslt14-en-de", "deen": "iwslt14-de-en", "enfr": "iwslt17-en-fr"}
+_MSC_T2 = {  # row -> (label, arch, deep, L2, {direction: BLEU}, params, train h / tokens/s)
+    1: ("small, 6 layers, dp 0.1", "prenorm_iwslt_6l", False, False, {"ende": 27.23, "deen": 32.73, "enfr": 41.19}, 10.5, (17, 1800)),
+    2: ("w/ MSC (6 layers)", "msc_iwslt_6l", False, False, {"ende": 27.49, "deen": 33.10, "enfr": 41.53}, 15.6, (17, 1736)),
+    3: ("MSC, 36 layers, dp 0.3", "msc_iwslt_36l", True, False, {"ende": 29.04, "deen": 34.86, "enfr": 42.90}, 43.3, (23, 1498)),
+    4: ("w/ 54 layers", "msc_iwslt_54l", True, False, {"ende": 29.32, "deen": 35.16, "enfr": 43.62}, 60.0, (27, 1412)),
+    5: ("w/ 72 layers", "msc_iwslt_72l", True, False, {"ende": "- (overfits)", "deen": "- (overfits)", "enfr": "- (overfits)"}, 76.6, None),
+    6: ("w/ 72 layers, L2 1e-5", "msc_iwslt_72l", True, True, {"ende": 29.67, "deen": 35.81, "enfr": 44.15}, 76.6, (30, 1340)),
+}
+_MSC_T2_NAMES = {1: "plain-6L", 2: "6L", 3: "36L", 4: "54L", 5: "72L", 6: "72L-l2"}
+
+
+def _msc_name(direction: str, variant: str) -> str:
+    corpus = "iwslt17" if direction == "enfr" else "iwslt14"
+    return f"msc-{corpus}-{direction}-{variant}"
+
+
+_msc_t2_rows = []
+for _row, (_label, _arch, _deep, _l2, _bleu, _params, _speed) in _MSC_T2.items():
+    for _dir, _ds in _MSC_DIRS.items():
+        _name = _msc_name(_dir, _MSC_T2_NAMES[_row])
+        _notes = ["Table 2 row 5 is not reported (overfits); the command exists to show it"] if _row == 5 else []
+        if _l2:
+            _notes.append("L2 1e-5 on the encoder weight matrices as a loss term (criterion collapse_reducing with "
+                          "DDR/ALD off); the paper does not say which weights, we exclude biases, norms, embeddings")
+        _single(_name, MSC, _ds, _arch, msc_iwslt_recipe(_deep), IWSLT_EVAL,
+                f"MSC Table 2 row {_row}: {_label} ({_ds})",
+                criterion=CR if _l2 else "label_smoothed_cross_entropy", criterion_flags=L2 if _l2 else (),
+                notes=_notes)
+        paper = {"bleu": _bleu[_dir], "params_m": _params}
+        if _speed and _dir == "ende":
+            paper.update(train_hours=_speed[0], tokens_per_s=_speed[1])
+        _msc_t2_rows.append(Row(f"{_row}. {_label} — {_ds}", _name, paper,
+                                "ΔTrain/ΔDec of the paper are attached to the En→De rows (the paper does not say which "
+                                "direction they were measured on)" if _speed and _dir == "ende" else ""))
+TABLES.append(Table("msc-t2", MSC, "Table 2: IWSLT14 En↔De, IWSLT17 En→Fr (tokenized, case-insensitive BLEU)",
+                    tuple(_msc_t2_rows)))
+
+# Table 3: existing methods on the same backbone (IWSLT14 En->De)
+_single("msc-iwslt14-ende-bapna-36L", MSC, "iwslt14-en-de", "transparent_iwslt_36l", msc_iwslt_recipe(True), IWSLT_EVAL,
+        "MSC Table 3: Bapna et al. (2018) transparent attention, 36 layers")
+_single("msc-iwslt14-ende-wang-36L", MSC, "iwslt14-en-de", "prenorm_iwslt_36l", msc_iwslt_recipe(True), IWSLT_EVAL,
+        "MSC Table 3: Wang et al. (2019a), 36 layers",
+        notes=("approximation: Wang et al. (2019a) is pre-norm + dynamic linear combination of layers (DLCL); "
+               "the plugin has the pre-norm deep Transformer only (no DLCL)",))
+_single("msc-iwslt14-ende-bapna-72L-l2", MSC, "iwslt14-en-de", "transparent_iwslt_72l", msc_iwslt_recipe(True),
+        IWSLT_EVAL, "MSC Table 3: Bapna et al. (2018), 72 layers", criterion=CR, criterion_flags=L2,
+        notes=("'same model settings' as MSC-72 (Sec. 4.2): we keep its L2 1e-5 (our reading)",))
+_single("msc-iwslt14-ende-wang-72L-l2", MSC, "iwslt14-en-de", "prenorm_iwslt_72l", msc_iwslt_recipe(True),
+        IWSLT_EVAL, "MSC Table 3: Wang et al. (2019a), 72 layers", criterion=CR, criterion_flags=L2,
+        notes=("'same model settings' as MSC-72 (Sec. 4.2): we keep its L2 1e-5 (our reading)",
+               "approximation: pre-norm deep Transformer without DLCL"))
+TABLES.append(Table("msc-t3", MSC, "Table 3: existing deep methods on the same backbone, IWSLT14 En→De", (
+    Row("small, 36 layers — Bapna et al. (2018)", "msc-iwslt14-ende-bapna-36L", {"bleu": 28.09}),
+    Row("small, 36 layers — Wang et al. (2019a)", "msc-iwslt14-ende-wang-36L", {"bleu": 28.63},
+        "pre-norm without DLCL"),
+    Row("small, 36 layers — MSC", "msc-iwslt14-ende-36L", {"bleu": 29.04}),
+    Row("small, 72 layers — Bapna et al. (2018)", "msc-iwslt14-ende-bapna-72L-l2", {"bleu": "failed"}),
+    Row("small, 72 layers — Wang et al. (2019a)", "msc-iwslt14-ende-wang-72L-l2", {"bleu": 28.34},
+        "pre-norm without DLCL"),
+    Row("small, 72 layers — MSC", "msc-iwslt14-ende-72L-l2", {"bleu": 29.67}),
+)))
+
+# Table 4: WMT14 En->De
+_MSC_T4 = [
+    ("TRANSFORMER (base)", "msc-wmt14-ende-transformer-base", "prenorm_wmt_base_6l", False, 63, 27.44),
+    ("MSC, 6 layers (base)", "msc-wmt14-ende-base-6L", "msc_wmt_base_6l", False, 73, 27.68),
+    ("MSC, 36 layers (base)", "msc-wmt14-ende-base-36L", "msc_wmt_base_36l", False, 215, 29.71),
+    ("MSC, 48 layers (base)", "msc-wmt14-ende-base-48L", "msc_wmt_base_48l", False, 272, 30.19),
+    ("TRANSFORMER (big)", "msc-wmt14-ende-transformer-big", "prenorm_wmt_big_6l", True, 211, 28.86),
+    ("MSC, 6 layers (big)", "msc-wmt14-ende-big-6L", "msc_wmt_big_6l", True, 286, 29.17),
+    ("MSC, 18 layers (big)", "msc-wmt14-ende-big-18L", "msc_wmt_big_18l", True, 512, 30.56),
+]
+_t4_rows = [
+    Row("Vaswani et al. (2017)", None, {"bleu": 28.4, "params_m": 213}, "cited; see dd-wmt14-ende-big-6-6 for a big baseline"),
+    Row("Bapna et al. (2018)", "transparent-wmt14-ende-16L", {"bleu": 28.0, "params_m": 137},
+        "cited; the transparent-attention reproduction (Bapna Table 1, 16 layers) is the closest run"),
+    Row("Dou et al. (2018)", None, {"bleu": 29.2, "params_m": 356}, "cited; not implemented in this plugin"),
+    Row("He et al. (2018)", None, {"bleu": 29.0, "params_m": "210 (est.)"}, "cited; not implemented"),
+    Row("Wang et al. (2019a)", None, {"bleu": 29.3, "params_m": 137}, "cited; DLCL not implemented"),
+    Row("Zhang et al. (2019a)", None, {"bleu": 29.62, "params_m": 560}, "cited; not implemented"),
+    Row("Wu et al. (2019)", None, {"bleu": 29.9, "params_m": "268 (est.)"}, "cited; not implemented"),
+]
+for _label, _name, _arch, _big, _params, _bleu in _MSC_T4:
+    _single(_name, MSC, "wmt14-en-de", _arch, MSC_WMT_BIG if _big else MSC_WMT_BASE,
+            MSC_WMT_EVAL_BIG if _big else MSC_WMT_EVAL_BASE, f"MSC Table 4: {_label}",
+            notes=("encoders: 18 = 6x3, 36 = 6x6, 48 = 6x8 layers (Sec. 4.2)",))
+    _t4_rows.append(Row(_label, _name, {"bleu": _bleu, "params_m": _params}))
+TABLES.append(Table("msc-t4", MSC, "Table 4: WMT14 En→De (tokenized case-sensitive BLEU)", tuple(_t4_rows)))
+
+# Table 5: ablations (IWSLT14 En->De, 72 layers with L2)
+_MSC_T5 = [
+    ("- feature fusion with addition", "msc-iwslt14-ende-72L-l2-add", "msc_iwslt_72l", ("--msc-fusion", "add"), True, 29.45),
+    ("- implement Q (Eq. 9) as FFN", "msc-iwslt14-ende-72L-l2-ffncell", "msc_iwslt_72l", ("--msc-context-cell", "ffn"), True, 29.17),
+    ("- remove CXT-ENC attention", "msc-iwslt14-ende-72L-l2-nocxtenc", "msc_iwslt_72l", ("--msc-no-encoder-context",), True, 28.99),
+    ("- remove contextual collaboration", "msc-iwslt14-ende-72L-l2-nocontext", "msc_iwslt_72l", ("--msc-context-cell", "none"), True, 28.94),
+    ("MSC, 18 layers (emb 512, ffn 1024)", "msc-iwslt14-ende-wide-18L", "msc_iwslt_wide_18l", (), False, 29.08),
+    ("MSC, 36 layers (emb 512, ffn 1024)", "msc-iwslt14-ende-wide-36L", "msc_iwslt_wide_36l", (), False, 29.41),
+]
+_t5_rows = [Row("MSC, 72 layers", "msc-iwslt14-ende-72L-l2", {"bleu": 29.67})]
+for _label, _name, _arch, _flags, _l2, _bleu in _MSC_T5:
+    _wide = "wide" in _name
+    _single(_name, MSC, "iwslt14-en-de", _arch, msc_iwslt_recipe(True, 512 if _wide else 256), IWSLT_EVAL,
+            f"MSC Table 5: {_label}", model_flags=_flags, criterion=CR if _l2 else "label_smoothed_cross_entropy",
+            criterion_flags=L2 if _l2 else (),
+            notes=(("each ablation changes one component of the 72-layer L2 model (row 6); the paper's "
+                    "'additionally' is read as relative to the full model (29.67 - 0.5 = 29.17)",) if _l2 else
+                   ("no L2: the paper applies it only to 72-layer encoders", "lr uses d=512 in Vaswani's formula")))
+    _t5_rows.append(Row(_label, _name, {"bleu": _bleu}))
+TABLES.append(Table("msc-t5", MSC, "Table 5: ablation study, IWSLT14 En→De", tuple(_t5_rows)))
+
+# Fig. 2: degradation of plain (post-norm) stacks
+for _n in (36, 72):
+    _single(f"msc-iwslt14-ende-plain-postnorm-{_n}L", MSC, "iwslt14-en-de", f"postnorm_iwslt_{_n}l",
+            msc_iwslt_recipe(True), IWSLT_EVAL, f"MSC Fig. 2: plain {_n}-layer stack (degradation)",
+            notes=("Fig. 2 plots training/validation BLEU on 3K training pairs; evaluate.sh scores the test set",))
+TABLES.append(Table("msc-fig2", MSC, "Figure 2: plain vs MSC nets (degradation), IWSLT14 En→De", (
+    Row("plain, 36 layers", "msc-iwslt14-ende-plain-postnorm-36L", {"bleu": "fig."}),
+    Row("plain, 72 layers", "msc-iwslt14-ende-plain-postnorm-72L", {"bleu": "fig."}),
+    Row("MSC, 36 layers", "msc-iwslt14-ende-36L", {"bleu": "fig."}),
+    Row("MSC, 72 layers", "msc-iwslt14-ende-72L-l2", {"bleu": "fig."}),
+), note="The figure's numbers are not given in the text."))
+
+# ======================================================================================
+# Transparent attention (Bapna et al. 2018)
+# ======================================================================================
+BAPNA_BASE = Recipe(
+    lr=vaswani_lr(512, 40000, 3.0), warmup_updates=40000, max_update=100000, tokens_per_update=32768,
+    adam_betas="(0.9, 0.98)", save="updates:1000", keep=21,
+    notes=(("lr", "Sec. 2.2: 'learning rate of 3.0 and 40,000 warmup steps' = 3.0 * d^-0.5 * w^-0.5 at the "
+                  "peak of the Vaswani/Chen et al. (2018) schedule (d=512)"),
+           ("tokens_per_update", "not in the paper (8 P100 GPUs, synchronous): 8 x 4096 tokens, close to "
+                                 "Vaswani's ~25k source + 25k target tokens"),
+           ("max_update", "not in the paper: 100K, Vaswani's base schedule"),
+           ("save", "checkpoint every 1000 updates; the score is the mean over a window of 21 checkpoints "
+                    "(Sec. 2.1, following Chen et al. 2018): the last 21"),
+           ("adam_betas", "(0.9, 0.98) as Vaswani (the paper says Adam only)"),
+           ) + _VASWANI_NOTES,
+)
+BAPNA_BIG = BAPNA_BASE.with_(lr=vaswani_lr(1024, 40000, 3.0), max_update=300000,
+                             notes=(("big", "Transformer Big baseline: d=1024 in the schedule, 300K updates "
+                                            "(Vaswani big; not in the paper)"),))
+BAPNA_EVAL = EvalSpec(
+    beam=4, lenpen=0.6, average=21, mode="mean", primary="tok_bleu",
+    notes=("Sec. 2.1: BLEU on tokenized, true-case output (no compound splitting), mean over a window of 21 "
+           "post-convergence checkpoints (we take the last 21, each decoded on its own)",
+           "beam 4, length penalty 0.6 (Vaswani; not in the paper)"),
+)
+for _pair, _ds, _tab, _vals in (
+    ("wmt14-ende", "wmt14-en-de", "bapna-t1",
+     {"base": [27.26, "failed", "failed", "failed"], "big": 27.94, "tr": [27.52, 27.79, 28.04, 27.96],
+      "nores": ["failed", 6.00, "failed", "failed"]}),
+    ("wmt15-csen", "wmt15-cs-en", "bapna-t2",
+     {"base": [27.20, "failed", "failed", "failed"], "big": 27.76, "tr": [27.41, 27.69, 27.93, 27.80],
+      "nores": [25.83, "failed", "failed", "failed"]}),
+):
+    _rows = []
+    _data_note = ("dataset wmt14-en-de (32k BPE); the paper validates on newstest2012+2013, ours on newstest2013 "
+                  "(validation only picks checkpoint_best, which is not used)" if _ds == "wmt14-en-de" else
+                  "WMT15 Cs->En, shared 32k subwords, valid newstest2013, test newstest2015 (Sec. 2.1)")
+    for _i, _n in enumerate((6, 12, 16, 20)):
+        _params = {6: 94, 12: 120, 16: 137, 20: 154}[_n]
+        _b = _single(f"transparent-{_pair}-baseline-{_n}L", BAPNA, _ds, f"postnorm_wmt_base_{_n}l", BAPNA_BASE,
+                     BAPNA_EVAL, f"Bapna Table {_tab[-1]}: Transformer base baseline, {_n} encoder layers",
+                     notes=(_data_note, "baseline = post-norm Transformer (the deep ones 'fail to train')"))
+        _rows.append(Row(f"Baseline, {_n} encoder layers", _b, {"bleu": _vals["base"][_i], "params_m": _params}))
+    for _i, _n in enumerate((6, 12, 16, 20)):
+        _nr = _single(f"transparent-{_pair}-baseline-nores-{_n}L", BAPNA, _ds, f"postnorm_wmt_base_{_n}l", BAPNA_BASE,
+                      BAPNA_EVAL, f"Bapna Table {_tab[-1]}: baseline without encoder residuals, {_n} encoder layers",
+                      model_flags=("--no-encoder-residual",),
+                      notes=(_data_note, "--no-encoder-residual removes the encoder layers' residual connections"))
+        _rows.append(Row(f"Baseline - residuals, {_n} encoder layers", _nr, {"bleu": _vals["nores"][_i]}))
+    for _i, _n in enumerate((6, 12, 16, 20)):
+        _params = {6: 94, 12: 120, 16: 137, 20: 154}[_n]
+        _t = _single(f"transparent-{_pair}-{_n}L", BAPNA, _ds, f"transparent_wmt_base_{_n}l", BAPNA_BASE, BAPNA_EVAL,
+                     f"Bapna Table {_tab[-1]}: transparent attention, {_n} encoder layers",
+                     notes=(_data_note, "transparent_dropout 0.1 on W (the paper gives no value)"))
+        _rows.append(Row(f"Transparent, {_n} encoder layers", _t, {"bleu": _vals["tr"][_i], "params_m": _params}))
+    _big = _single(f"transparent-{_pair}-baseline-big-6L", BAPNA, _ds, "postnorm_wmt_big_6l", BAPNA_BIG, BAPNA_EVAL,
+                   f"Bapna Table {_tab[-1]}: Transformer Big baseline, 6 layers", notes=(_data_note,))
+    _rows.append(Row("Baseline (Big), 6 encoder layers", _big, {"bleu": _vals["big"], "params_m": 375}))
+    TABLES.append(Table(_tab, BAPNA, f"Table {_tab[-1]}: {'WMT14 En→De newstest2014' if _ds == 'wmt14-en-de' else 'WMT15 Cs→En newstest2015'} "
+                        "(tokenized true-case BLEU; '*' = failed to train)", tuple(_rows),
+                        note="The paper's parameter counts (94M for 6 layers) imply separate, larger vocabularies; "
+                             "ours share one 32k vocabulary."))
+
+# ======================================================================================
+# Deep decoder: cross-attention drop + collapse-reducing training
+# ======================================================================================
+DD_BASE = Recipe(
+    lr=vaswani_lr(512, 4000), warmup_updates=4000, max_update=200000, tokens_per_update=32768,
+    adam_betas="(0.9, 0.98)", save="updates:1000", keep=20,
+    notes=(("tokens_per_update", "Sec. 4.1: 4096 tokens per GPU on 8 V100 = 32768 per update"),
+           ("max_update", "Sec. 4.1: 200K steps En->De, 400K En->Fr"),
+           ("lr", "'other hyperparameters consistent with Vaswani et al. (2017)': peak d^-0.5*w^-0.5 with w=4000"),
+           ("save", "Vaswani: checkpoints every 10 minutes, last 5 (base) / 20 (big) averaged; ours every 1000 updates"),
+           ("adam_betas", "(0.9, 0.98), Vaswani et al. 2017"),
+           ) + _VASWANI_NOTES,
+)
+DD_BIG = DD_BASE.with_(lr=vaswani_lr(1024, 4000),
+                       notes=(("big", "d=1024 in Vaswani's schedule; dropout 0.3 En-De / 0.1 En-Fr (Vaswani big)"),))
+
+
+def dd_eval(pair: str, big: bool) -> EvalSpec:
+    avg = 20 if big else 5
+    if pair == "ende":
+        return wmt_ende_eval(avg, extra_notes=(f"last {avg} checkpoints averaged (Vaswani; the paper is silent)",
+                                               "the paper reports multi-bleu.perl and detokenized sacreBLEU (Sec. 4.1)"))
+    return EvalSpec(beam=4, lenpen=0.6, average=avg, primary="tok_bleu",
+                    notes=("beam 4, length penalty 0.6 (Vaswani)", "multi-bleu.perl (tokenized, case-sensitive) "
+                           f"and detokenized sacreBLEU (Sec. 4.1); last {avg} checkpoints averaged (Vaswani)"))
+
+
+_DD_T1 = [  # label, size, enc, dec, cad+crt, En-De (params, h, bleu, sacre), En-Fr (params, h, bleu, sacre)
+    ("BASE (Pre-Norm)", "base", 6, 6, False, (63, 4.79, 27.05, 26.0), (65, 27.11, 41.00, 39.2)),
+    ("DeepE", "base", 24, 6, False, (118, 8.66, 28.95, 27.8), (119, 48.43, 42.40, 40.6)),
+    ("DeepE", "base", 48, 6, False, (194, 16.38, 29.44, 28.3), (195, 90.85, 42.75, 41.0)),
+    ("DEEP", "base", 15, 15, False, (123, 9.82, 0.55, 0.2), (124, 49.96, 0.93, 0.3)),
+    ("DEEP+CAD+CRT", "base", 15, 15, True, (123, 10.52, 29.09, 28.1), (124, 50.13, 42.86, 41.0)),
+    ("DEEP", "base", 27, 27, False, (199, 16.56, 0.31, 0.1), (200, 78.82, 0.65, 0.1)),
+    ("DEEP+CAD+CRT", "base", 27, 27, True, (199, 17.92, 30.31, 28.8), (200, 79.96, 43.57, 41.6)),
+    ("BIG (Pre-Norm)", "big", 6, 6, False, (210, 36.05, 28.79, 27.7), (212, 97.51, 42.40, 40.6)),
+    ("DeepE", "big", 24, 6, False, (437, 42.41, 29.90, 28.7), (439, 102.14, 43.11, 40.9)),
+    ("DEEP", "big", 15, 15, False, (448, 45.32, 0.40, 0.2), (449, 108.02, 0.71, 0.2)),
+    ("DEEP+CAD+CRT", "big", 15, 15, True, (448, 46.52, 30.69, 29.0), (449, 110.5, 43.95, 41.9)),
+]
+_CAD_NOTE = ("CAD: drop depth round(21/27 * L_dec), ratio 0.5 (named architecture's cad_defaults: Fig. 2 peaks at "
+             "depth 21 of 27; Sec. 4.3 prefers a ratio below 1 at large depths); the exact values are not in the text")
+_CRT_NOTE = ("CRT = DDR + ALD (criterion collapse_reducing): alpha_DDR 1.0, alpha_ALD 0.5, p_ALD 0.3, tau 0.1 - "
+             "the alphas and p_ALD are not in the paper (criterion docstring)")
+
+
+def dd_name(pair: str, size: str, enc: int, dec: int, suffix: str = "") -> str:
+    return f"dd-wmt14-{pair}-{size}-{enc}-{dec}" + (f"-{suffix}" if suffix else "")
+
+
+def _dd_arch(size, enc, dec, cad):
+    if (enc, dec) == (6, 6):
+        return "prenorm_wmt_base_6l" if size == "base" else "prenorm_wmt_big_6l"
+    return f"dd_{size}_{enc}_{dec}" + ("_cad" if cad else "")
+
+
+_dd_rows = {"ende": [], "enfr": []}
+for _pair, _ds in (("ende", "wmt14-en-de-dd"), ("enfr", "wmt14-en-fr")):
+    for _label, _size, _enc, _dec, _cad, _de, _fr in _DD_T1:
+        _r = (DD_BIG if _size == "big" else DD_BASE)
+        _flags: Tuple[str, ...] = ()
+        _notes = ["joint BPE 40K, valid newstest2012+2013, test newstest2014 (Sec. 4.1)"]
+        if _pair == "enfr":
+            _r = _r.with_(max_update=400000)
+            if _size == "big":
+                _flags = ("--dropout", "0.1")
+                _notes.append("dropout 0.1 for En-Fr big (Vaswani et al. 2017)")
+        if _cad:
+            _notes += [_CAD_NOTE, _CRT_NOTE]
+        _name = dd_name(_pair, _size, _enc, _dec, "cad-crt" if _cad else "")
+        _single(_name, DD, _ds, _dd_arch(_size, _enc, _dec, _cad), _r, dd_eval(_pair, _size == "big"),
+                f"Deep-decoder Table 1: {_label} {_size} {_enc}-{_dec} ({_pair})", model_flags=_flags,
+                criterion=CR if _cad else "label_smoothed_cross_entropy", criterion_flags=CRT if _cad else (),
+                notes=_notes)
+        _p, _h, _b, _s = _de if _pair == "ende" else _fr
+        _dd_rows[_pair].append(Row(f"{_label} ({_size.upper()}) {_enc}-{_dec}", _name,
+                                   {"bleu": _b, "sacrebleu": _s, "params_m": _p, "train_hours": _h}))
+
+_DD_CITED = [  # label, En-De (params, bleu, sacre), En-Fr, experiment to compare with
+    ("(Vaswani et al., 2017) (BIG) 6-6", (213, 28.40, None), (222, 41.00, None), None),
+    ("(Shaw et al., 2018) (BIG) 6-6", (210, 29.20, None), (222, 41.30, None), None),
+    ("(Ott et al., 2018) (BIG) 6-6", (210, 29.30, 28.6), (222, 43.20, 41.4), None),
+    ("(Wu et al., 2019) (BIG) 8-8", (270, 29.92, None), (281, 43.27, None), None),
+    ("(Wang et al., 2019) (BIG, DEEPE) 30-6", (137, 29.30, None), None, None),
+    ("(Wei et al., 2020) (BASE, DEEPE) 48-6", (272, 30.19, None), None, "msc-wmt14-ende-base-48L"),
+    ("(Wei et al., 2020) (BIG, DEEPE) 18-6", (512, 30.56, None), None, "msc-wmt14-ende-big-18L"),
+    ("(Li et al., 2020) (BASE, DEEPE) 24-6", (118, 29.02, 27.9), (124, 42.42, 40.6), None),
+    ("(Li et al., 2020) (BASE, DEEPE) 48-6", (194, 29.60, 28.5), (199, 42.82, 41.0), None),
+    ("(Li et al., 2020) (BIG, DEEPE) 24-6", (437, 29.93, 28.7), None, None),
+]
+for _pair in ("ende", "enfr"):
+    _cited = []
+    for _label, _de, _fr, _exp in _DD_CITED:
+        _v = _de if _pair == "ende" else _fr
+        if _v is None:
+            continue
+        _paper = {"bleu": _v[1], "params_m": _v[0]}
+        if _v[2] is not None:
+            _paper["sacrebleu"] = _v[2]
+        _cited.append(Row(_label, _exp, _paper,
+                          "cited; our MSC reproduction (32k BPE data)" if _exp else "cited; not implemented here"))
+    TABLES.append(Table(f"dd-t1-{_pair}", DD, "Table 1: WMT14 " + ("En→De" if _pair == "ende" else "En→Fr") +
+                        " (multi-bleu.perl BLEU, detokenized sacreBLEU, training hours)",
+                        tuple(_cited + _dd_rows[_pair])))
+
+# Table 2: balance of encoder and decoder depth (30 layers in all)
+_single(dd_name("ende", "base", 6, 24, "cad-crt"), DD, "wmt14-en-de-dd", "dd_base_6_24_cad", DD_BASE,
+        dd_eval("ende", False), "Deep-decoder Table 2: 6-24 with CAD+CRT", criterion=CR, criterion_flags=CRT,
+        notes=(_CAD_NOTE, _CRT_NOTE))
+TABLES.append(Table("dd-t2", DD, "Table 2: encoder/decoder depth with 30 layers in all, WMT14 En→De", (
+    Row("24-6", dd_name("ende", "base", 24, 6), {"bleu": 28.95, "sacrebleu": 27.8}, "= Table 1 DeepE 24-6"),
+    Row("6-24", dd_name("ende", "base", 6, 24, "cad-crt"), {"bleu": 28.21, "sacrebleu": 27.0}, "with CAD+CRT"),
+    Row("15-15", dd_name("ende", "base", 15, 15, "cad-crt"), {"bleu": 29.09, "sacrebleu": 28.1},
+        "= Table 1 DEEP+CAD+CRT 15-15"),
+)))
+
+# Table 3: ablations on BASE, DEEP-30L (15-15)
+_DD_T3 = [
+    ("+R-Drop", "rdrop", False, ("--ddr-alpha", "5.0", "--ald-alpha", "0"), 0.97, 0.5,
+     "R-Drop (Liang et al. 2021) approximated by DDR with alpha 5 (R-Drop's WMT value) on a model without CAD; "
+     "our criterion shares one encoder pass between the two predictions, R-Drop runs the whole model twice"),
+    ("+DDR", "ddr", False, DDR_ONLY, 1.01, 0.4, "DDR alone, alpha 1.0"),
+    ("+ALD", "ald", False, ALD_ONLY, 1.45, 0.7, "ALD alone"),
+    ("+CAD", "cad", True, None, 28.35, 27.2, "CAD alone, label-smoothed cross-entropy"),
+    ("-CAD", "crt", False, CRT, 1.39, 0.7, "DDR + ALD without CAD"),
+    ("-DDR", "cad-ald", True, ALD_ONLY, 28.77, 27.6, "CAD + ALD"),
+    ("-ALD", "cad-ddr", True, DDR_ONLY, 28.52, 27.4, "CAD + DDR"),
+]
+_t3 = [Row("BASE, DEEP-30L", dd_name("ende", "base", 15, 15), {"bleu": 0.55, "sacrebleu": 0.2}, "= Table 1 DEEP 15-15")]
+for _label, _suffix, _cad, _crit, _b, _s, _note in _DD_T3:
+    _name = dd_name("ende", "base", 15, 15, _suffix)
+    _single(_name, DD, "wmt14-en-de-dd", "dd_base_15_15_cad" if _cad else "dd_base_15_15", DD_BASE,
+            dd_eval("ende", False), f"Deep-decoder Table 3: BASE, DEEP-30L {_label}",
+            criterion=CR if _crit else "label_smoothed_cross_entropy", criterion_flags=_crit or (),
+            notes=(_note,) + ((_CAD_NOTE,) if _cad else ()))
+    _t3.append(Row(_label, _name, {"bleu": _b, "sacrebleu": _s}, _note))
+    if _label == "+CAD":
+        _t3.append(Row("BASE, DEEP-30L-Full", dd_name("ende", "base", 15, 15, "cad-crt"),
+                       {"bleu": 29.09, "sacrebleu": 28.1}, "= Table 1 DEEP+CAD+CRT 15-15"))
+TABLES.append(Table("dd-t3", DD, "Table 3: ablations, WMT14 En→De, BASE DEEP-30L (15-15)", tuple(_t3)))
+
+# Figures 2-4 as sweeps (every point is an ordinary experiment)
+_fig2 = []
+for _depth in (3, 6, 9, 12, 15, 18, 21, 24, 27):
+    for _ratio in (0.25, 0.5, 0.75, 1.0):
+        if _depth == 27 and _ratio == 1.0:
+            continue  # no decoder layer would ever see the source
+        _name = f"dd-fig2-base-27-27-depth{_depth}-ratio{_ratio:g}"
+        _single(_name, DD, "wmt14-en-de-dd", "dd_base_27_27", DD_BASE, dd_eval("ende", False),
+                f"Deep-decoder Fig. 2: BASE DEEP-54L, CAD drop depth {_depth}, ratio {_ratio:g}, + ALD",
+                model_flags=("--cad-drop-depth", str(_depth), "--cad-drop-ratio", f"{_ratio:g}"),
+                criterion=CR, criterion_flags=ALD_ONLY,
+                notes=("Sec. 4.3: 'BASE, DEEP-54L model with both CAD and ALD techniques' (no DDR)",
+                       "the grid (depths 3..27 step 3, ratios 0.25..1) is ours; the figure's points are not in the text"))
+        _fig2.append(Row(f"drop depth {_depth}, ratio {_ratio:g}", _name, {"bleu": "fig."}))
+TABLES.append(Table("dd-fig2", DD, "Figure 2: drop depth x drop ratio, BASE DEEP-54L (27-27), CAD + ALD",
+                    tuple(_fig2), note="Peak at drop depth 21 (Sec. 4.3); values only in the figure."))
+
+_fig3 = []
+for _p, _tau in [(0.1, 0.1), (0.2, 0.1), (0.3, 0.1), (0.4, 0.1), (0.3, 0.05), (0.3, 0.2), (0.3, 0.5)]:
+    _name = f"dd-fig3-base-15-15-pald{_p:g}-tau{_tau:g}"
+    _single(_name, DD, "wmt14-en-de-dd", "dd_base_15_15_cad", DD_BASE, dd_eval("ende", False),
+            f"Deep-decoder Fig. 3: BASE DEEP-30L, p_ALD {_p:g}, tau {_tau:g}", criterion=CR,
+            criterion_flags=("--ddr-alpha", "1.0", "--ald-alpha", "0.5", "--ald-p", f"{_p:g}", "--ald-tau", f"{_tau:g}"),
+            notes=("full CAD+CRT model with p_ALD / tau varied (one at a time around p 0.3, tau 0.1; our grid)",
+                   _CAD_NOTE))
+    _fig3.append(Row(f"p_ALD {_p:g}, tau {_tau:g}", _name, {"bleu": "fig."}))
+TABLES.append(Table("dd-fig3", DD, "Figure 3: ALD sampling threshold p_ALD and temperature tau, BASE DEEP-30L",
+                    tuple(_fig3), note="Sec. 4.3: BLEU rises with p_ALD then falls; tau 0.05 slightly below 0.1."))
+
+
+def cad_defaults(decoder_layers: int) -> Tuple[int, float]:
+    """Same rule as deepnmt_fairseq.models.architectures.cad_defaults (tested to agree)."""
+    return max(1, round(decoder_layers * 21 / 27)), 0.5
+
+
+_fig4 = []
+for _side in ("enc", "dec"):
+    for _n in (1, 3, 6, 9, 12, 18, 21, 24):
+        _enc, _dec = (_n, 15) if _side == "enc" else (15, _n)
+        _depth, _ratio = cad_defaults(_dec)
+        _name = f"dd-fig4-base-{_enc}-{_dec}-cad-crt"
+        _single(_name, DD, "wmt14-en-de-dd", "deepnmt_transformer", DD_BASE, dd_eval("ende", False),
+                f"Deep-decoder Fig. 4: {_enc} encoder / {_dec} decoder layers, CAD+CRT",
+                model_flags=("--encoder-layers", str(_enc), "--decoder-layers", str(_dec), "--share-all-embeddings",
+                             "--cad-drop-depth", str(_depth), "--cad-drop-ratio", f"{_ratio:g}"),
+                criterion=CR, criterion_flags=CRT,
+                notes=("BASE, DEEP-30L with only the encoder or only the decoder depth changed (Sec. 4.3); "
+                       "the depth grid is ours", _CAD_NOTE, _CRT_NOTE))
+        _fig4.append(Row(f"{_enc}-{_dec}", _name, {"bleu": "fig."}))
+_fig4.append(Row("15-15", dd_name("ende", "base", 15, 15, "cad-crt"), {"bleu": 29.09}, "= Table 1"))
+TABLES.append(Table("dd-fig4", DD, "Figure 4: encoder depth vs decoder depth (the other fixed at 15), CAD+CRT",
+                    tuple(_fig4)))
+
+# ======================================================================================
+# GPKD + skipping sub-layer (Li et al. 2021), WMT En-De (Zh-En data is not freely available)
+# ======================================================================================
+GPKD_BASE = Recipe(
+    lr=0.002, warmup_updates=16000, max_update=50000, tokens_per_update=65536, adam_betas="(0.9, 0.997)",
+    adam_eps=1e-8, save="epoch", keep=10,
+    notes=(("lr/warmup/betas", "'followed the hyper-parameters used in Wang et al. (2019)': Adam (0.9, 0.997), "
+                               "lr 0.002, 16K warm-up (as in the authors' public scripts, libeineu/GPKD)"),
+           ("tokens_per_update", "4096 tokens per GPU, update every two steps (paper) on 8 GPUs (Wang et al. 2019a) "
+                                 "= 65536"),
+           ("max_update", "Base/Deep 50K, Big 150K updates (paper; Table 3 lists 100K for Base-RPR - we follow the "
+                          "settings text)"),
+           ("save", "a checkpoint per epoch, the last 5 averaged (Wang et al. 2019a / authors' translate.sh)"),
+           ("adam_eps", "1e-8 (fairseq default, as the authors' scripts)"),
+           ("clip_norm/weight_decay", "0 (authors' scripts)"),
+           ("dropout", "0.1 residual, 0.1 attention and ReLU dropout (Wang et al. 2019a's t2t setting); big: 0.3 residual"),
+           ("data", "wmt14-en-de-gpkd: the 4.5M En-De set, 32K merges, valid newstest2016, test newstest2014 (paper)"),
+           ),
+)
+GPKD_BIG = GPKD_BASE.with_(max_update=150000)
+GPKD_EVAL = wmt_ende_eval(5, batch_size=64, extra_notes=(
+    "last 5 epoch checkpoints averaged; batch 64 as the authors' translate.sh; speed = tokens/s of fairseq-generate",))
+GPKD_EVAL_T5 = EvalSpec(**{**GPKD_EVAL.__dict__, "also_single": True,
+                           "notes": GPKD_EVAL.notes + ("Table 5 also reports the single last checkpoint",)})
+RPR_DROP = ("--attention-dropout", "0.1", "--activation-dropout", "0.1")
+_SKD_NOTE = ("SKD data: the teacher (average of its last 5 checkpoints) translates the training set with beam 4, "
+             "length penalty 0.6 (deepnmt-skd)")
+_TEACHER_NOTE = ("the teacher is trained with group permutation and evaluated in the original layer order; the "
+                 "paper reports one number per teacher (Deep-RPR-48L: 30.03 in Tables 1-5), so the GP-trained "
+                 "teacher also stands for the plain Deep-RPR rows (our reading)")
+
+
+def gpkd_teacher(name, arch, recipe, enc_h, dec_h=1, title="", extra=(), init=None, notes=()) -> str:
+    flags = RPR_DROP + ("--gp-group-size", str(enc_h)) + (("--gp-decoder-group-size", str(dec_h)) if dec_h > 1 else ())
+    stages = (TrainStage(arch=arch, recipe=recipe, name="train", model_flags=flags + tuple(extra), init=init),
+              SkdStage(teacher=Ref(None, "train", "model")))
+    return _add(Experiment(name=name, paper=GPKD, dataset="wmt14-en-de-gpkd", stages=stages, eval=GPKD_EVAL, title=title,
+                           notes=((_TEACHER_NOTE,) if init is None else ()) + (_SKD_NOTE,) + tuple(notes)))
+
+
+def gpkd_skd_student(name, teacher, arch, recipe, title) -> str:
+    stage = TrainStage(arch=arch, recipe=recipe, name="train", model_flags=RPR_DROP, data=Ref(teacher, "skd", "skd"))
+    return _add(Experiment(name=name, paper=GPKD, dataset="wmt14-en-de-gpkd", stages=(stage,), eval=GPKD_EVAL, title=title,
+                           notes=(f"SKD baseline: random initialisation, trained on {teacher}'s SKD data",
+                                  "student training length is not in the paper: the Base schedule")))
+
+
+def gpkd_student(name, teacher, arch, recipe, enc_h, dec_h, title) -> str:
+    stages = (ExtractStage(teacher=Ref(teacher, "train", "model"), encoder_group_size=enc_h, decoder_group_size=dec_h),
+              TrainStage(arch=arch, recipe=recipe, name="student", model_flags=RPR_DROP,
+                         data=Ref(teacher, "skd", "skd"), init=("finetune", Ref(None, "extract", "student"))))
+    return _add(Experiment(name=name, paper=GPKD, dataset="wmt14-en-de-gpkd", stages=stages, eval=GPKD_EVAL, title=title,
+                           notes=(f"GPKD: one random layer per group (encoder h={enc_h}, decoder h={dec_h}) of "
+                                  f"{teacher}'s averaged model initialises the student, trained on its SKD data "
+                                  "(--finetune-from-model: fresh optimizer and schedule)",
+                                  "student training length is not in the paper: the Base/Big schedule")))
+
+
+# Table 1 (En-De columns)
+_base6 = _single("gpkd-wmt14-ende-base-6L", GPKD, "wmt14-en-de-gpkd", "rpr_base_6_6", GPKD_BASE, GPKD_EVAL,
+                 "GPKD Table 1/3: Base-RPR-6L", model_flags=RPR_DROP)
+_big6 = _single("gpkd-wmt14-ende-big-6L", GPKD, "wmt14-en-de-gpkd", "rpr_big_6_6", GPKD_BIG, GPKD_EVAL,
+                "GPKD Table 1: Big-RPR-6L", model_flags=RPR_DROP)
+_t24 = gpkd_teacher("gpkd-wmt14-ende-24L-teacher", "rpr_deep_24_6", GPKD_BASE, 4, title="GPKD Table 1: Deep-RPR-24L teacher (GP h=4)")
+_t48 = gpkd_teacher("gpkd-wmt14-ende-48L-teacher", "rpr_deep_48_6", GPKD_BASE, 8, 6,
+                    title="GPKD Table 1-5: Deep-RPR-48L teacher (GP encoder h=8, decoder h=6)",
+                    notes=("decoder GP h=6 as well, so that DESDAR 48-1 (GPKD, Table 2) can be extracted from the same "
+                           "teacher whose number (30.03) Table 2 repeats",))
+_t12 = gpkd_teacher("gpkd-wmt14-ende-big-12L-teacher", "rpr_big_12_6", GPKD_BIG, 2, title="GPKD Table 1: Big-RPR-12L teacher (GP h=2)")
+_g = {}
+for _tag, _teacher, _arch, _recipe, _h in (("24L", _t24, "rpr_base_6_6", GPKD_BASE, 4), ("48L", _t48, "rpr_base_6_6", GPKD_BASE, 8),
+                                            ("big-12L", _t12, "rpr_big_6_6", GPKD_BIG, 2)):
+    _g[_tag] = (gpkd_skd_student(f"gpkd-wmt14-ende-{_tag}-skd", _teacher, _arch, _recipe, f"GPKD Table 1: {_tag} -> 6-6 +SKD"),
+                gpkd_student(f"gpkd-wmt14-ende-{_tag}-gpkd", _teacher, _arch, _recipe, _h, 1, f"GPKD Table 1: {_tag} -> 6-6 +GPKD"))
+TABLES.append(Table("gpkd-t1", GPKD, "Table 1: GPKD on the encoder, WMT En-De (compound-split tokenized BLEU)", (
+    Row("Deep-RPR-24L (24-6)", _t24, {"bleu": 29.39, "params_m": 118}),
+    Row("Base-RPR-6L (6-6)", _base6, {"bleu": 27.60, "params_m": 62}),
+    Row("+SKD (6-6)", _g["24L"][0], {"bleu": 28.50, "params_m": 62}),
+    Row("+GPKD (6-6)", _g["24L"][1], {"bleu": 29.33, "params_m": 62}),
+    Row("Deep-RPR-48L (48-6)", _t48, {"bleu": 30.03, "params_m": 194}),
+    Row("Base-RPR-6L (6-6)", _base6, {"bleu": 27.60, "params_m": 62}),
+    Row("+SKD (6-6)", _g["48L"][0], {"bleu": 29.01, "params_m": 62}),
+    Row("+GPKD (6-6)", _g["48L"][1], {"bleu": 29.68, "params_m": 62}),
+    Row("Big-RPR-12L (12-6)", _t12, {"bleu": 29.91, "params_m": 286}),
+    Row("Big-RPR-6L (6-6)", _big6, {"bleu": 29.21, "params_m": 211}),
+    Row("+SKD (6-6)", _g["big-12L"][0], {"bleu": 29.47, "params_m": 211}),
+    Row("+GPKD (6-6)", _g["big-12L"][1], {"bleu": 29.88, "params_m": 211}),
+    Row("NIST Zh-En, WMT19 Zh-En columns", None, {"bleu": "see paper"},
+        "not reproducible here: NIST OpenMT12 (LDC) and the CWMT/UN Zh-En data are not freely available"),
+)))
+
+# Table 2: DESDAR
+_d483 = _single("gpkd-wmt14-ende-desdar-48-3", GPKD, "wmt14-en-de-gpkd", "desdar_48_3", GPKD_BASE, GPKD_EVAL,
+                "GPKD Table 2: DESDAR 48-3 (real data)", model_flags=RPR_DROP)
+_d481 = _single("gpkd-wmt14-ende-desdar-48-1", GPKD, "wmt14-en-de-gpkd", "desdar_48_1", GPKD_BASE, GPKD_EVAL,
+                "GPKD Table 2: DESDAR 48-1 (real data)", model_flags=RPR_DROP)
+_d481s = gpkd_skd_student("gpkd-wmt14-ende-desdar-48-1-skd", _t48, "desdar_48_1", GPKD_BASE, "GPKD Table 2: DESDAR 48-1 (SKD)")
+_d481g = gpkd_student("gpkd-wmt14-ende-desdar-48-1-gpkd", _t48, "desdar_48_1", GPKD_BASE, 1, 6, "GPKD Table 2: DESDAR 48-1 (GPKD)")
+_rel = {"speedup_vs_base": _base6, "speedup_vs_deep": _t48}
+TABLES.append(Table("gpkd-t2", GPKD, "Table 2: DESDAR (deep encoder, shallow decoder), WMT En-De", (
+    Row("Zhang, Xiong, and Su (2018)", None, {"bleu": 27.33, "speedup_vs_base": 1.34}, "cited; not implemented"),
+    Row("Xiao et al. (2019)", None, {"bleu": 27.69, "speedup_vs_base": 1.39}, "cited; not implemented"),
+    Row("Base", _base6, {"bleu": 27.60}),
+    Row("Deep", _t48, {"bleu": 30.03}),
+    Row("DESDAR 48-3", _d483, {"bleu": 29.82, "speedup_vs_base": 1.28, "speedup_vs_deep": 1.52}),
+    Row("DESDAR 48-1", _d481, {"bleu": 28.31, "speedup_vs_base": 1.97, "speedup_vs_deep": 2.17}),
+    Row("DESDAR 48-1 (SKD)", _d481s, {"bleu": 29.70, "speedup_vs_base": 1.99, "speedup_vs_deep": 2.18}),
+    Row("DESDAR 48-1 (GPKD)", _d481g, {"bleu": 30.01, "speedup_vs_base": 1.99, "speedup_vs_deep": 2.18}),
+), note="speedup = decoding tokens/s relative to Base / Deep (measured from fairseq-generate)."))
+
+# Table 3-5: skipping sub-layer (two-stage: continue the converged teacher with skipping)
+_CONT = ("continue", Ref(_t48, "train", "last"))
+_FT_NOTE = ("two-stage training (paper): continue the converged Deep-RPR-48L (its checkpoint_last with optimizer "
+            "and schedule, --continue-once) with the method on and GP off, 50K more updates (Table 3 lists 50K "
+            "updates for the skipping stage; 15.41 h < 16.87 h fits 50K updates with ~20% of sub-layers skipped)")
+_SCRATCH_NOTE = "from scratch (Table 4 'Scratch'): the method on from update 0, 50K updates, no GP"
+GPKD_FT = GPKD_BASE.with_(max_update=100000)
+
+
+def _gpkd_skip(name, flags, title, finetune, ev=GPKD_EVAL, notes=()):
+    return _single(name, GPKD, "wmt14-en-de-gpkd", "rpr_deep_48_6", GPKD_FT if finetune else GPKD_BASE, ev, title,
+                   model_flags=RPR_DROP + flags, init=_CONT if finetune else None,
+                   notes=((_FT_NOTE if finetune else _SCRATCH_NOTE),) + tuple(notes))
+
+
+_ssl = _gpkd_skip("gpkd-wmt14-ende-48L-ssl", ("--ssl-rate", "0.4"), "GPKD Table 3/4/5: Deep-RPR-48L + Skipping Sub-Layer "
+                  "(fine-tune)", True, GPKD_EVAL_T5, ("phi = 0.4 (Eq. 5), encoder sub-layers only",))
+_ssl_s = _gpkd_skip("gpkd-wmt14-ende-48L-ssl-scratch", ("--ssl-rate", "0.4"), "GPKD Table 4: Skipping Sub-Layer from scratch", False)
+_ld_s = _gpkd_skip("gpkd-wmt14-ende-48L-layerdrop-scratch", ("--encoder-layerdrop", "0.2"),
+                   "GPKD Table 4: LayerDrop from scratch", False, notes=(
+                       "LayerDrop (Fan et al. 2020, fairseq's --encoder-layerdrop) with p = 0.2, their translation value; "
+                       "encoder only, like the skipping sub-layer",))
+_sl_s = _gpkd_skip("gpkd-wmt14-ende-48L-stochastic-scratch", ("--ssl-mode", "layer", "--ssl-rate", "0.5"),
+                   "GPKD Table 4: Stochastic Layers from scratch", False, notes=(
+                       "Stochastic Layers (Pham et al. 2019): whole layers, p_l = l/L * 0.5 (the linear-decay rule with "
+                       "final drop rate 0.5; GPKD gives no value)",))
+_ld = _gpkd_skip("gpkd-wmt14-ende-48L-layerdrop", ("--encoder-layerdrop", "0.2"), "GPKD Table 4: LayerDrop (fine-tune)",
+                 True, notes=("LayerDrop p = 0.2 (Fan et al. 2020)",))
+_sl = _gpkd_skip("gpkd-wmt14-ende-48L-stochastic", ("--ssl-mode", "layer", "--ssl-rate", "0.5"),
+                 "GPKD Table 4: Stochastic Layers (fine-tune)", True, notes=("p_l = l/L * 0.5 (see scratch run)",))
+_skl = _gpkd_skip("gpkd-wmt14-ende-48L-skip-layer", ("--ssl-mode", "layer", "--ssl-rate", "0.4"),
+                  "GPKD Table 5: Skip Layer (fine-tune)", True, GPKD_EVAL_T5, (
+                      "whole layers with the paper's rate phi = 0.4 (p_l = l/L * 0.4); Table 4's Stochastic Layers "
+                      "uses 0.5 - the paper does not say how the two differ (our reading)",))
+_skip_ffn = _gpkd_skip("gpkd-wmt14-ende-48L-skip-ffn", ("--ssl-rate", "0.4", "--ssl-sublayers", "ffn"),
+                       "GPKD Table 5: skip FFN sub-layers only (fine-tune)", True, GPKD_EVAL_T5,
+                       ("--ssl-sublayers ffn: only FFN sub-layers are omitted, each with its Eq. 5 rate p_l "
+                        "(its position l in the 2L numbering; our reading)",))
+_skip_san = _gpkd_skip("gpkd-wmt14-ende-48L-skip-san", ("--ssl-rate", "0.4", "--ssl-sublayers", "attn"),
+                       "GPKD Table 5: skip self-attention sub-layers only (fine-tune)", True, GPKD_EVAL_T5,
+                       ("--ssl-sublayers attn: only self-attention sub-layers are omitted (our reading of p_l, "
+                        "as for Skip FFN)",))
+TABLES.append(Table("gpkd-t3", GPKD, "Table 3: skipping sub-layer, WMT En-De (BLEU, sacreBLEU, training time)", (
+    Row("Fan, Grave, and Joulin (2020)", None, {"bleu": 30.20, "params_m": 286}, "cited (LayerDrop 12-6 big); see Table 4 rows"),
+    Row("Li et al. (2020)", None, {"bleu": 30.21, "sacrebleu": 29.0, "params_m": 194, "train_hours": 11.75}, "cited"),
+    Row("Wu et al. (2019b)", None, {"bleu": 29.92, "params_m": 270}, "cited"),
+    Row("Ott et al. (2018)", None, {"bleu": 29.30, "sacrebleu": 28.3, "params_m": 210}, "cited"),
+    Row("Wang et al. (2019)", None, {"bleu": 29.30, "params_m": 137}, "cited; DLCL not implemented"),
+    Row("Base-RPR", _base6, {"bleu": 27.60, "sacrebleu": 26.5, "params_m": 62, "train_hours": 5.02}),
+    Row("Deep-RPR-48L", _t48, {"bleu": 30.03, "sacrebleu": 28.8, "params_m": 194, "train_hours": 16.87}),
+    Row("+ Skipping Sub-Layer", _ssl, {"bleu": 30.49, "sacrebleu": 29.4, "params_m": 194, "train_hours": 15.41},
+        "30.49 is the paper's beam-4 score (30.63 with beam 8: evaluate.sh NAME --beam 8)"),
+    Row("NIST / WMT Zh-En columns", None, {"bleu": "see paper"}, "data not freely available"),
+)))
+TABLES.append(Table("gpkd-t4", GPKD, "Table 4: training from scratch vs fine-tuning (validation PPL, BLEU)", (
+    Row("Deep-RPR-48L", _t48, {"valid_ppl": 3.52, "bleu": 30.03}),
+    Row("Scratch: Skipping Sub-Layer", _ssl_s, {"valid_ppl": 3.41, "bleu": 29.82}),
+    Row("Scratch: LayerDrop", _ld_s, {"valid_ppl": 3.42, "bleu": 29.65}),
+    Row("Scratch: Stochastic Layers", _sl_s, {"valid_ppl": 3.44, "bleu": 29.75}),
+    Row("Finetune: Skipping Sub-Layer", _ssl, {"valid_ppl": 3.39, "bleu": 30.49}),
+    Row("Finetune: LayerDrop", _ld, {"valid_ppl": 3.47, "bleu": 29.77}),
+    Row("Finetune: Stochastic Layers", _sl, {"valid_ppl": 3.44, "bleu": 30.12}),
+), note="valid_ppl: the best validation perplexity in the training log (fairseq reports base-2 ppl, as the paper)."))
+TABLES.append(Table("gpkd-t5", GPKD, "Table 5: ablation of what is skipped (PPL, single checkpoint, average)", (
+    Row("Deep-RPR-48L", _t48, {"valid_ppl": 3.52, "single_bleu": 29.19, "bleu": 30.03}),
+    Row("Skip FFN", _skip_ffn, {"valid_ppl": 3.45, "single_bleu": 29.61, "bleu": 30.22}),
+    Row("Skip SAN", _skip_san, {"valid_ppl": 3.45, "single_bleu": 29.71, "bleu": 30.26}),
+    Row("Skip FFN or SAN", _ssl, {"valid_ppl": 3.39, "single_bleu": 29.95, "bleu": 30.49}),
+    Row("Skip Layer", _skl, {"valid_ppl": 3.46, "single_bleu": 29.45, "bleu": 29.92}),
+)))
+
+# Table 6: skipping sub-layer + GP teacher, compressed students
+_tss = gpkd_teacher("gpkd-wmt14-ende-48L-ssl-gp-teacher", "rpr_deep_48_6", GPKD_FT, 8, 6,
+                    title="GPKD Table 6: Skipping Sub-Layer + GP 48-6 teacher", extra=("--ssl-rate", "0.4"),
+                    init=_CONT, notes=(_FT_NOTE.replace("GP off", "GP on (encoder h=8, decoder h=6)"),
+                                       "GP h=8/6 lets one teacher serve every Table 6 student: the extraction group "
+                                       "sizes (encoder 2 or 8, decoder 2 or 6) divide the GP groups (our reading)"))
+_t6 = [
+    Row("Fan, Grave, and Joulin (2020) 12-6", None, {"bleu": 30.20, "params_m": 286, "tokens_per_s": 2534}, "cited"),
+    Row("Wu et al. (2019b) 8-8", None, {"bleu": 29.92, "params_m": 270, "tokens_per_s": 2044}, "cited"),
+    Row("Wei et al. (2020) 18-6", "msc-wmt14-ende-big-18L", {"bleu": 30.56, "params_m": 512}, "cited; our MSC reproduction"),
+    Row("Skipping Sub-Layer + GP 48-6", _tss, {"bleu": 30.59, "params_m": 194, "tokens_per_s": 3092}),
+]
+for _label, _arch, _eh, _dh, _params, _bleu, _speed in (
+        ("GPKD 24-3", "gpkd_student_24_3", 2, 2, 106, 30.40, 5237), ("GPKD 24-1", "gpkd_student_24_1", 2, 6, 97, 30.05, 8116),
+        ("GPKD 6-6", "rpr_base_6_6", 8, 1, 62, 30.16, 3817), ("GPKD 6-3", "gpkd_student_6_3", 8, 2, 48, 29.71, 5460)):
+    _n = gpkd_student(f"gpkd-wmt14-ende-{_label.split()[1]}", _tss, _arch, GPKD_BASE, _eh, _dh, f"GPKD Table 6: {_label}")
+    _t6.append(Row(_label, _n, {"bleu": _bleu, "params_m": _params, "tokens_per_s": _speed}))
+
+# Progressive compression 48 -> 24 -> 12 -> 6 with h = 2 (Sec. "Student Training")
+_skd_ref = Ref(_tss, "skd", "skd")
+_prog_stages = (
+    ExtractStage(teacher=Ref(_tss, "train", "model"), name="extract-24", encoder_group_size=2),
+    TrainStage(arch="rpr_deep_24_6", recipe=GPKD_BASE, name="student-24", model_flags=RPR_DROP + ("--gp-group-size", "2"),
+               data=_skd_ref, init=("finetune", Ref(None, "extract-24", "student"))),
+    ExtractStage(teacher=Ref(None, "student-24", "model"), name="extract-12", encoder_group_size=2),
+    TrainStage(arch="rpr_deep_24_6", recipe=GPKD_BASE, name="student-12",
+               model_flags=RPR_DROP + ("--encoder-layers", "12", "--gp-group-size", "2"),
+               data=_skd_ref, init=("finetune", Ref(None, "extract-12", "student"))),
+    ExtractStage(teacher=Ref(None, "student-12", "model"), name="extract-6", encoder_group_size=2),
+    TrainStage(arch="rpr_base_6_6", recipe=GPKD_BASE, name="student-6", model_flags=RPR_DROP,
+               data=_skd_ref, init=("finetune", Ref(None, "extract-6", "student"))),
+)
+_prog = _add(Experiment(
+    name="gpkd-wmt14-ende-6-6-progressive", paper=GPKD, dataset="wmt14-en-de-gpkd", stages=_prog_stages, eval=GPKD_EVAL,
+    title="GPKD: progressive compression 48 -> 24 -> 12 -> 6 (h = 2, three times)",
+    notes=("'progressively achieve this goal with h = 2 for three times of compression': each intermediate student is "
+           "trained with GP h=2 on the SKD data, then compressed again; the intermediate training lengths are ours "
+           "(the Base schedule)",)))
+_t6.append(Row("GPKD 6-6 (progressive, h = 2 three times)", _prog, {"bleu": "-"}, "not in the table; the paper's alternative"))
+TABLES.append(Table("gpkd-t6", GPKD, "Table 6: overall results (BLEU, decoding tokens/s)", tuple(_t6)))
+
+
+# ======================================================================================
+def check_registry() -> None:
+    """Every row points at an existing experiment and every reference at an existing stage."""
+    for table in TABLES:
+        for row in table.rows:
+            if row.experiment is not None and row.experiment not in EXPERIMENTS:
+                raise ValueError(f"{table.key} row {row.label!r}: unknown experiment {row.experiment}")
+    for exp in EXPERIMENTS.values():
+        for ref in exp.refs():
+            target = EXPERIMENTS[ref.experiment] if ref.experiment else exp
+            stage = target.stage(ref.stage)
+            want = {"skd": "skd", "student": "extract", "model": "train", "last": "train", "dir": stage.kind}[ref.what]
+            if stage.kind != want:
+                raise ValueError(f"{exp.name}: reference {ref} points at a {stage.kind} stage")
+
+
+check_registry()
+
+
+def rows_of(name: str) -> List[Tuple[Table, Row]]:
+    return [(t, r) for t in TABLES for r in t.rows if r.experiment == name]
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    from repro.cli import main as cli_main
+
+    return cli_main(argv, EXPERIMENTS, TABLES)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

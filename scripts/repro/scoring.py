@@ -1,0 +1,167 @@
+"""The papers' BLEU variants, and parsing of fairseq-generate / fairseq-train output.
+
+* **tokenized BLEU** (``multi-bleu.perl``): corpus BLEU over whitespace tokens of the
+  Moses-tokenized hypothesis and reference, no smoothing, ``-lc`` lowercases both.
+  Computed with sacrebleu's API (``tokenize='none'``, ``smooth_method='none'``), which is
+  the same formula; :func:`multi_bleu` is an independent port of multi-bleu.perl's
+  algorithm used to check that (tests/test_experiments.py).
+* **compound splitting** (WMT En-De, Vaswani et al. 2017 and after):
+  ``s/(\\S)-(\\S)/\\1 ##AT##-##AT## \\2/g`` on hypothesis and reference before tokenized
+  BLEU (the ``compound_split_bleu.sh`` convention).
+* **detokenized sacreBLEU**: hypotheses detokenized with sacremoses (after joining
+  aggressive-hyphen tokens ``@-@``), scored against the raw reference with sacreBLEU's
+  default 13a tokenization; the signature is reported.  ``fairseq-score --sacrebleu`` is
+  broken in fairseq 0.12, so sacrebleu's Python API is used.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from typing import Dict, List, Optional, Sequence, Tuple
+
+_COMPOUND = re.compile(r"(\S)-(\S)")
+_AT_JOIN = re.compile(r" ?@([^@\s]{1,3})@ ?")
+
+
+def compound_split(line: str) -> str:
+    """``perl -ple 's{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g'`` (same left-to-right, non-overlapping
+    matching: ``a-b-c`` -> ``a ##AT##-##AT## b-c``, exactly as perl)."""
+    return _COMPOUND.sub(r"\1 ##AT##-##AT## \2", line)
+
+
+def _ngrams(tokens: Sequence[str], n: int) -> Counter:
+    return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+
+
+def multi_bleu(hyps: Sequence[str], refs: Sequence[str], lowercase: bool = False) -> float:
+    """multi-bleu.perl's corpus BLEU (one reference), unrounded, in percent.
+
+    Per sentence: clipped n-gram matches and hypothesis n-gram counts for n = 1..4,
+    the reference length; corpus BLEU = BP * exp(mean_n log(correct_n / total_n)) with
+    BP = exp(1 - ref_len / hyp_len) if hyp_len < ref_len; a zero precision gives 0
+    (multi-bleu's ``my_log(0) = -9999999999``)."""
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
+    correct, total = [0] * 5, [0] * 5
+    hyp_len = ref_len = 0
+    for h, r in zip(hyps, refs):
+        if lowercase:
+            h, r = h.lower(), r.lower()
+        ht, rt = h.split(), r.split()
+        hyp_len += len(ht)
+        ref_len += len(rt)
+        for n in range(1, 5):
+            hc, rc = _ngrams(ht, n), _ngrams(rt, n)
+            total[n] += sum(hc.values())
+            correct[n] += sum(min(c, rc[g]) for g, c in hc.items())
+    if ref_len == 0 or hyp_len == 0:
+        return 0.0
+    logs = []
+    for n in range(1, 5):
+        p = correct[n] / total[n] if total[n] else 0.0
+        if p == 0:
+            return 0.0
+        logs.append(math.log(p))
+    bp = math.exp(1 - ref_len / hyp_len) if hyp_len < ref_len else 1.0
+    return 100.0 * bp * math.exp(sum(logs) / 4)
+
+
+def tokenized_bleu(hyps: Sequence[str], refs: Sequence[str], lowercase: bool = False):
+    """sacrebleu BLEUScore equal to multi-bleu.perl (tokenize none, no smoothing)."""
+    from sacrebleu.metrics import BLEU
+
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
+    metric = BLEU(tokenize="none", lowercase=lowercase, smooth_method="none", force=True)
+    return metric.corpus_score(list(hyps), [list(refs)])
+
+
+def join_at_tokens(line: str) -> str:
+    """Undo aggressive-hyphen splitting: ``a @-@ b`` -> ``a-b`` (and ``@,@`` etc.)."""
+    return _AT_JOIN.sub(r"\1", line)
+
+
+def detokenize(lines: Sequence[str], lang: str) -> List[str]:
+    from sacremoses import MosesDetokenizer
+
+    md = MosesDetokenizer(lang=lang)
+    return [md.detokenize(join_at_tokens(ln).split()) for ln in lines]
+
+
+def detok_sacrebleu(hyps_tok: Sequence[str], raw_refs: Sequence[str], lang: str, lowercase: bool = False):
+    """(score, signature, detokenized hypotheses)."""
+    from sacrebleu.metrics import BLEU
+
+    if len(hyps_tok) != len(raw_refs):
+        raise ValueError(f"{len(hyps_tok)} hypotheses but {len(raw_refs)} references")
+    detok = detokenize(hyps_tok, lang)
+    metric = BLEU(lowercase=lowercase)
+    score = metric.corpus_score(detok, [list(raw_refs)])
+    return score, str(metric.get_signature()), detok
+
+
+# ---------------------------------------------------------------------- fairseq output
+_TRANSLATED = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s "
+                         r"\(([\d.]+) sentences/s, ([\d.]+) tokens/s\)")
+_FAIRSEQ_BLEU = re.compile(r"Generate \S+ with beam=\d+: (BLEU4? = [\d.]+)")
+
+
+def parse_generate(text: str) -> Dict[str, object]:
+    """Hypotheses (H-), references (T-), sources (S-) by sentence id, and the speed line."""
+    hyps: Dict[int, str] = {}
+    refs: Dict[int, str] = {}
+    srcs: Dict[int, str] = {}
+    for line in text.splitlines():
+        if line[:2] in ("H-", "T-", "S-"):
+            tag, _, rest = line.partition("\t")
+            try:
+                sid = int(tag[2:])
+            except ValueError:
+                continue
+            if line[0] == "H":
+                if sid not in hyps:  # the best hypothesis
+                    hyps[sid] = rest.split("\t", 1)[1] if "\t" in rest else ""
+            elif line[0] == "T":
+                refs[sid] = rest
+            else:
+                srcs[sid] = rest
+    out: Dict[str, object] = {"hyps": hyps, "refs": refs, "srcs": srcs}
+    m = None
+    for m in _TRANSLATED.finditer(text):
+        pass
+    if m:
+        out.update(sentences=int(m.group(1).replace(",", "")), gen_tokens=int(m.group(2).replace(",", "")),
+                   decode_seconds=float(m.group(3)), sentences_per_s=float(m.group(4)),
+                   tokens_per_s=float(m.group(5)))
+    b = _FAIRSEQ_BLEU.search(text)
+    if b:
+        out["fairseq_bleu"] = b.group(1)
+    return out
+
+
+_PARAMS = re.compile(r"num\. (?:shared )?model params: ([\d,]+)")
+_DONE = re.compile(r"done training in ([\d.]+) seconds")
+_VALID_PPL = re.compile(r"valid on 'valid' subset \|.*?\| ppl ([\d.]+)")
+
+
+def parse_train_log(text: str) -> Dict[str, Optional[float]]:
+    """Model size, training time and best validation perplexity from a fairseq-train log."""
+    params = _PARAMS.findall(text)
+    seconds = [float(s) for s in _DONE.findall(text)]
+    ppl = [float(p) for p in _VALID_PPL.findall(text)]
+    n = int(params[-1].replace(",", "")) if params else None
+    return {
+        "params": n,
+        "params_m": round(n / 1e6, 2) if n is not None else None,
+        "train_seconds": sum(seconds) if seconds else None,
+        "valid_ppl": min(ppl) if ppl else None,
+    }
+
+
+def ordered(table: Dict[int, str], n: Optional[int] = None) -> Tuple[List[str], List[int]]:
+    """Values in sentence-id order and the ids missing from 0..n-1."""
+    n = (max(table) + 1 if table else 0) if n is None else n
+    missing = [i for i in range(n) if i not in table]
+    return [table.get(i, "") for i in range(n)], missing

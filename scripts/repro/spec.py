@@ -1,0 +1,253 @@
+"""Data model of the experiment registry (no fairseq import).
+
+An :class:`Experiment` is one runnable job: a sequence of stages (fairseq-train,
+SKD data generation, student extraction) plus how to evaluate it.  A
+:class:`Row` is one row of one of the papers' tables; several rows may point
+at the same experiment (e.g. GPKD's Deep-RPR-48L appears in Tables 1-5), and
+rows of systems from other papers that this plugin does not implement have no
+experiment (``experiment=None``) and say why.
+
+Every value that the paper does not give carries a note (``Recipe.notes``,
+``Experiment.notes``) saying where it comes from; ``docs/reproduction.md`` and
+``scripts/experiments.py show NAME`` print them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Dict, List, Optional, Tuple, Union
+
+# Datasets written by scripts/prepare_data.py: name -> (source, target).
+DATASETS: Dict[str, Tuple[str, str]] = {
+    "iwslt14-de-en": ("de", "en"),
+    "iwslt14-en-de": ("en", "de"),
+    "iwslt14-de-en-fairseq": ("de", "en"),
+    "iwslt17-en-fr": ("en", "fr"),
+    "wmt14-en-de": ("en", "de"),
+    "wmt14-en-de-dd": ("en", "de"),
+    "wmt14-en-de-gpkd": ("en", "de"),
+    "wmt14-en-fr": ("en", "fr"),
+    "wmt15-cs-en": ("cs", "en"),
+}
+
+
+def vaswani_lr(d_model: int, warmup: int, scale: float = 1.0) -> float:
+    """Peak of Vaswani et al. (2017) Eq. 3, lr = scale * d^-0.5 * min(t^-0.5, t * w^-1.5),
+    reached at t = w: scale * d^-0.5 * w^-0.5.  fairseq's ``inverse_sqrt`` scheduler with
+    ``--lr`` = this peak and ``--warmup-updates w`` is exactly that schedule (linear warm-up,
+    then decay with the inverse square root of the step)."""
+    return float(f"{scale * d_model ** -0.5 * warmup ** -0.5:.3g}")
+
+
+@dataclass(frozen=True)
+class Ref:
+    """An output of a stage of an experiment (``experiment=None``: the same experiment).
+
+    ``what``: ``dir`` (the stage directory), ``last`` (checkpoint_last.pt, with optimizer
+    state), ``model`` (the stage's finished model: the average of its last checkpoints as
+    its experiment's evaluation averages them), ``skd`` (binarized SKD data), ``student``
+    (an extracted student checkpoint)."""
+
+    experiment: Optional[str]
+    stage: str
+    what: str = "model"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Optimisation and checkpointing of one fairseq-train stage."""
+
+    lr: float
+    warmup_updates: int
+    max_update: int
+    tokens_per_update: int
+    adam_betas: str = "(0.9, 0.98)"
+    adam_eps: float = 1e-9
+    warmup_init_lr: float = 1e-7
+    clip_norm: float = 0.0
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.1
+    max_tokens: int = 4096  # per GPU and forward pass; update-freq makes up the rest
+    save: str = "epoch"  # "epoch" or "updates:N"
+    keep: int = 10  # checkpoints kept (--keep-last-epochs / --keep-interval-updates)
+    seed: int = 1
+    notes: Tuple[Tuple[str, str], ...] = ()
+
+    def with_(self, **kw) -> "Recipe":
+        notes = kw.pop("notes", None)
+        r = replace(self, **kw)
+        if notes:
+            r = replace(r, notes=self.notes + tuple(notes))
+        return r
+
+    @property
+    def save_interval_updates(self) -> int:
+        return int(self.save.split(":")[1]) if self.save.startswith("updates:") else 0
+
+
+@dataclass(frozen=True)
+class TrainStage:
+    """One ``fairseq-train`` run."""
+
+    arch: str
+    recipe: Recipe
+    name: str = "train"
+    model_flags: Tuple[str, ...] = ()
+    criterion: str = "label_smoothed_cross_entropy"
+    criterion_flags: Tuple[str, ...] = ()
+    data: Optional[Ref] = None  # None: the experiment's dataset; else an SKD corpus
+    # ("finetune", ref): --finetune-from-model (weights only, fresh optimizer and schedule);
+    # ("continue", ref): --continue-once (weights, optimizer, schedule and update count).
+    init: Optional[Tuple[str, Ref]] = None
+    kind: str = "train"
+
+    def all_flags(self) -> Tuple[str, ...]:
+        return self.model_flags + self.criterion_flags
+
+
+@dataclass(frozen=True)
+class SkdStage:
+    """``deepnmt-skd``: the teacher translates the training split (GPKD stage 2)."""
+
+    teacher: Ref
+    name: str = "skd"
+    beam: int = 4
+    lenpen: float = 0.6
+    shards: int = 10
+    max_tokens: int = 8192
+    kind: str = "skd"
+
+
+@dataclass(frozen=True)
+class ExtractStage:
+    """``deepnmt-extract-student``: one layer per group (GPKD stage 3)."""
+
+    teacher: Ref
+    name: str = "extract"
+    encoder_group_size: int = 1
+    decoder_group_size: int = 1
+    select: str = "random"
+    seed: int = 1
+    kind: str = "extract"
+
+
+Stage = Union[TrainStage, SkdStage, ExtractStage]
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """How the papers decode and score."""
+
+    beam: int
+    lenpen: float
+    average: int  # last K checkpoints (1 = checkpoint_last.pt as it is)
+    primary: str  # results.json key compared with the paper's BLEU
+    batch_size: int = 128
+    mode: str = "average"  # "average": one averaged model; "mean": mean score of the last K
+    lowercase: bool = False  # IWSLT: case-insensitive BLEU
+    also_single: bool = False  # also score checkpoint_last.pt alone (GPKD Table 5 "Single")
+    stage: Optional[str] = None  # default: the last train stage
+    notes: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    paper: str
+    dataset: str
+    stages: Tuple[Stage, ...]
+    eval: EvalSpec
+    title: str = ""
+    notes: Tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.dataset not in DATASETS:
+            raise ValueError(f"{self.name}: unknown dataset {self.dataset!r}")
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{self.name}: duplicate stage names {names}")
+        if not self.train_stages:
+            raise ValueError(f"{self.name}: no training stage")
+
+    @property
+    def multi_stage(self) -> bool:
+        return len(self.stages) > 1
+
+    @property
+    def train_stages(self) -> List[TrainStage]:
+        return [s for s in self.stages if s.kind == "train"]
+
+    @property
+    def eval_stage(self) -> TrainStage:
+        if self.eval.stage:
+            return self.stage(self.eval.stage)
+        return self.train_stages[-1]
+
+    def stage(self, name: str) -> Stage:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise KeyError(f"{self.name} has no stage {name!r} (stages: {[s.name for s in self.stages]})")
+
+    @property
+    def lang_pair(self) -> Tuple[str, str]:
+        return DATASETS[self.dataset]
+
+    def refs(self) -> List[Ref]:
+        out = []
+        for s in self.stages:
+            if s.kind == "train":
+                if s.data is not None:
+                    out.append(s.data)
+                if s.init is not None:
+                    out.append(s.init[1])
+            else:
+                out.append(s.teacher)
+        return out
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of a paper's table.
+
+    ``paper``: the paper's numbers by results.json key: ``bleu`` (compared with the
+    experiment's primary metric), ``sacrebleu``, ``tokens_per_s``, ``train_hours``,
+    ``params_m``, ``valid_ppl``, ``single_bleu``; a string such as ``"failed"`` or
+    ``"-"`` where the paper reports no number."""
+
+    label: str
+    experiment: Optional[str]
+    paper: Dict[str, Union[float, str]] = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Table:
+    key: str  # e.g. "msc-t2"
+    paper: str
+    title: str
+    rows: Tuple[Row, ...]
+    note: str = ""
+
+
+def update_freq(tokens_per_update: int, max_tokens: int, world_size: int) -> int:
+    """ceil(tokens_per_update / (max_tokens * world_size)): gradient accumulation that keeps
+    the paper's tokens per update on any number of GPUs."""
+    if min(tokens_per_update, max_tokens, world_size) < 1:
+        raise ValueError("tokens per update, max tokens and world size must be >= 1")
+    return max(1, math.ceil(tokens_per_update / (max_tokens * world_size)))
+
+
+def batch_plan(tokens_per_update: int, max_tokens: int, world_size: int,
+               min_max_tokens: int = 1024) -> Tuple[int, int, int]:
+    """(update_freq, max_tokens per GPU, effective tokens per update).
+
+    update_freq = ceil(T / (max_tokens * W)); then max_tokens is lowered to
+    ceil(T / (W * update_freq)) so that W * update_freq * max_tokens stays at T (up to
+    rounding) instead of overshooting it on many GPUs (64 GPUs x 4096 = 262k > 65k).
+    It never goes below ``min_max_tokens`` (a long sentence pair must fit a batch);
+    then the effective batch is larger than T and the caller warns."""
+    uf = update_freq(tokens_per_update, max_tokens, world_size)
+    mt = max(min(max_tokens, math.ceil(tokens_per_update / (world_size * uf))), min(min_max_tokens, max_tokens))
+    return uf, mt, uf * mt * world_size

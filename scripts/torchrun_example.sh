@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Multi-GPU / multi-node training with torchrun's rendezvous and fairseq's own distributed
+# engine (one process per GPU).
+#
+# On every node (same command, same RDZV_ID):
+#   NNODES=2 NPROC_PER_NODE=8 RDZV_HOST=node0 RDZV_PORT=29400 RDZV_ID=job42 \
+#     bash scripts/torchrun_example.sh NAME [train.sh options] [-- fairseq-train flags]
+# One node: NNODES=1 (the default) and RDZV_HOST=localhost (the default).
+#
+# torchrun (c10d rendezvous) starts NPROC_PER_NODE processes per node and gives each
+#   WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT;
+# `scripts/train.sh NAME --launcher torchrun` turns them into
+#   --distributed-world-size WORLD_SIZE --distributed-rank RANK --device-id LOCAL_RANK
+#   --distributed-init-method env:// --distributed-no-spawn
+# and computes --update-freq for WORLD_SIZE GPUs (the paper's tokens per update).
+# Without GPUs (a smoke test) each rank trains on the CPU with gloo and --ddp-backend legacy_ddp:
+#   NPROC_PER_NODE=2 bash scripts/torchrun_example.sh NAME -- --max-update 2 ...
+# Non-training stages (averaging, SKD, extraction) run on rank 0, the others wait; the
+# checkpoint root must be shared between nodes.
+# Static rendezvous instead of c10d: replace the --rdzv-* flags by
+#   --master-addr HOST --master-port PORT --node-rank K
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+NAME=${1:?usage: bash scripts/torchrun_example.sh NAME [train.sh options] [-- fairseq flags]}
+shift
+if [[ -z "${NPROC_PER_NODE:-}" ]]; then
+  NPROC_PER_NODE=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+  [[ "$NPROC_PER_NODE" -gt 0 ]] || NPROC_PER_NODE=1
+fi
+TORCHRUN=${TORCHRUN:-torchrun}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+exec "$TORCHRUN" --nnodes "${NNODES:-1}" --nproc-per-node "$NPROC_PER_NODE" \
+  --rdzv-backend c10d --rdzv-endpoint "${RDZV_HOST:-localhost}:${RDZV_PORT:-29400}" --rdzv-id "${RDZV_ID:-deepnmt}" \
+  --no-python bash "$HERE/train.sh" "$NAME" --launcher torchrun "$@"
