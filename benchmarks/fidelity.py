@@ -136,14 +136,10 @@ class Study:
                               "--path", str(ckpt), "--gen-subset", "test", "--beam", "4", "--batch-size", "128",
                               "--required-batch-size-multiple", "1", "--remove-bpe", "--cpu", "--max-len-a", "1.2",
                               "--max-len-b", "10"], capture_output=True, text=True)
-        hyps, refs = {}, {}
-        for line in gen.stdout.splitlines():
-            if line.startswith("H-"):
-                t, _, h = (line.split("\t") + ["", ""])[:3]
-                hyps[int(t[2:])] = h
-            elif line.startswith("T-"):
-                t, r = (line.split("\t", 1) + [""])[:2]
-                refs[int(t[2:])] = r
+        from deepnmt_fairseq.generate_output import parse_generate
+
+        parsed = parse_generate(gen.stdout)
+        hyps, refs = parsed["hyps"], parsed["refs"]
         if refs and sorted(hyps) == sorted(refs):
             ids = sorted(refs)
             res["bleu"] = round(sacrebleu.corpus_bleu([hyps[i] for i in ids], [[refs[i] for i in ids]],

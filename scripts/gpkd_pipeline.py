@@ -73,14 +73,10 @@ def bleu(data, ckpt: Path, out: Path, gen_args, cpu):
         out.with_suffix(".partial").replace(out)
     import sacrebleu
 
-    hyps, refs = {}, {}
-    for line in out.read_text(encoding="utf-8").splitlines():
-        if line.startswith("H-"):
-            tag, _, text = (line.split("\t") + ["", ""])[:3]
-            hyps[int(tag[2:])] = text
-        elif line.startswith("T-"):
-            tag, text = (line.split("\t", 1) + [""])[:2]
-            refs[int(tag[2:])] = text
+    from deepnmt_fairseq.generate_output import parse_generate
+
+    parsed = parse_generate(out.read_text(encoding="utf-8"))
+    hyps, refs = parsed["hyps"], parsed["refs"]
     ids = sorted(refs)
     if sorted(hyps) != ids:
         raise SystemExit(f"{out}: {len(hyps)} hypotheses for {len(ids)} references")

@@ -169,11 +169,9 @@ def evaluate(work: Path, bin_dir: Path, model: Path, a) -> dict:
                  "--max-len-a", "1.2", "--max-len-b", str(a.max_len_b),
                  "--required-batch-size-multiple", "1", "--remove-bpe", "--cpu"], stdout=f)
         tmp.replace(gen)
-    hyps = {}
-    for line in gen.read_text(encoding="utf-8").splitlines():
-        if line.startswith("H-"):
-            tag, _, text = (line.split("\t") + ["", ""])[:3]
-            hyps[int(tag[2:])] = text
+    from deepnmt_fairseq.generate_output import parse_generate
+
+    hyps = parse_generate(gen.read_text(encoding="utf-8"))["hyps"]
     tok = work / "tok"
     refs = (tok / f"test.raw.{TGT}").read_text(encoding="utf-8").splitlines()
     srcs = (tok / f"test.raw.{SRC}").read_text(encoding="utf-8").splitlines()

@@ -96,12 +96,9 @@ def generate(data_bin: Path, ckpt: Path, *extra, subset="test", beam=2):
 
 def hypotheses(stdout: str):
     """{sentence id: hypothesis} from fairseq-generate output."""
-    out = {}
-    for line in stdout.splitlines():
-        if line.startswith("H-"):
-            tag, _score, hyp = (line.split("\t") + ["", ""])[:3]
-            out[int(tag[2:])] = hyp
-    return out
+    from deepnmt_fairseq.generate_output import parse_generate
+
+    return parse_generate(stdout)["hyps"]
 
 
 # ---------------------------------------------------------------- in-process

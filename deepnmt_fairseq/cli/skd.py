@@ -25,6 +25,8 @@ import sys
 import time
 from typing import Dict, List, Tuple
 
+from .. import generate_output
+
 
 def log(msg: str) -> None:
     print(f"[skd {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -46,20 +48,10 @@ def language_pair(data: str) -> Tuple[str, str]:
 
 
 def parse_generate(path: str) -> Tuple[Dict[int, str], Dict[int, str]]:
-    """{id: source}, {id: best hypothesis} from fairseq-generate output."""
-    srcs, hyps = {}, {}
+    """{id: source}, {id: best hypothesis} from a fairseq-generate output file."""
     with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if line.startswith("S-"):
-                tag, _, text = line.partition("\t")
-                srcs[int(tag[2:])] = text
-            elif line.startswith("H-"):
-                parts = line.split("\t")
-                sid = int(parts[0][2:])
-                if sid not in hyps:  # the best (first) hypothesis only
-                    hyps[sid] = parts[2] if len(parts) > 2 else ""
-    return srcs, hyps
+        out = generate_output.parse_generate(f.read())
+    return out["srcs"], out["hyps"]
 
 
 def dataset_size(data: str, src: str, tgt: str) -> int:
