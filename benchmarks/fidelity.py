@@ -2,7 +2,7 @@
 """Small-scale fidelity study: do the papers' phenomena show on the embedded corpus?
 
     python benchmarks/fidelity.py [--work-dir work/fidelity] [--only depth deep-decoder gpkd ssl]
-                                   [--updates 400] [--report docs/fidelity.md]
+                                   [--updates 1200] [--jobs 2] [--threads 1] [--report-only]
 
 Every run is a fairseq-train command of this repository on the bundled
 LibreOffice-help corpus (en->de, 4k joint BPE), on the CPU, with the same
@@ -13,7 +13,7 @@ to ``--report`` and ``docs/img/fidelity-*.png``.
 
 Studies:
 * depth (MSC Fig. 2, Bapna Table 1): post-norm, pre-norm, transparent and MSC
-  encoders of 6 / 18 / 36 layers (3 decoder layers; MSC uses 3 blocks);
+  encoders of 6 / 12 / 24 layers (3 decoder layers; MSC uses 3 blocks);
 * deep decoder (deep-decoder Sec. 3): a 12-12 model plain, with CAD, and with
   CAD + collapse-reducing training; BLEU and the gap between the validation loss
   with the real source and with an all-UNK source (a collapsed decoder ignores
@@ -21,7 +21,7 @@ Studies:
 * GPKD (Li et al. Table 1): 6-layer student extracted from a 24-layer GP teacher
   and trained on SKD data, vs SKD alone (random init), vs a 6-layer baseline on
   the real data, all with the same student budget;
-* skipping sub-layer (Li et al. Table 4): two-stage fine-tuning of the 18-layer
+* skipping sub-layer (Li et al. Table 4): two-stage fine-tuning of the 24-layer
   pre-norm model with phi = 0.4 vs continued plain training, same budget.
 """
 
@@ -30,10 +30,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shlex
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,7 +44,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 WIDTH = ["--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "256",
          "--decoder-ffn-embed-dim", "256", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
          "--share-all-embeddings", "--dropout", "0.1", "--attention-dropout", "0.0"]
-TRAIN = ["--task", "translation", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "0.002",
+TRAIN = ["--task", "translation", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "0.003",
          "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100", "--max-tokens", "2048", "--seed", "1",
          "--cpu", "--num-workers", "0", "--log-format", "json", "--log-interval", "10", "--no-epoch-checkpoints",
          "--save-interval-updates", "1000000", "--disable-validation"]
@@ -58,9 +60,12 @@ def exe(name):
     return str(cand) if cand.exists() else name
 
 
+DEPTHS = (6, 12, 24)
+
+
 def depth_runs():
     runs = {}
-    for n in (6, 18, 36):
+    for n in DEPTHS:
         runs[f"postnorm-{n}"] = ["--arch", "deepnmt_transformer", "--post-norm", "--encoder-layers", str(n),
                                  "--decoder-layers", "3"]
         runs[f"prenorm-{n}"] = ["--arch", "deepnmt_transformer", "--encoder-layers", str(n), "--decoder-layers", "3"]
@@ -83,8 +88,11 @@ DEEP_DECODER = {
 
 
 class Study:
-    def __init__(self, work: Path, data: Path, updates: int):
+    def __init__(self, work: Path, data: Path, updates: int, threads: int = 1):
         self.work, self.data, self.updates = work, data, updates
+        # runs go in parallel (--jobs), each with this many threads: small models use cores
+        # better as separate processes than as intra-op threads
+        self.env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
 
     def train(self, name, model, crit=LS, data=None, updates=None, extra=()):
         save = self.work / "runs" / name
@@ -97,7 +105,7 @@ class Study:
         log(f"train {name}")
         t0 = time.time()
         with open(save / "train.log", "w") as f:
-            res = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
+            res = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=self.env)
         losses = []
         for line in (save / "train.log").read_text().splitlines():
             # fairseq --log-format json: "... | train_inner | {...}" and the epoch summary "... | train | {...}"
@@ -128,14 +136,14 @@ class Study:
         res = {}
         val = subprocess.run([exe("fairseq-validate"), str(data), "--user-dir", str(REPO / "deepnmt_fairseq"),
                               "--path", str(ckpt), "--task", "translation", "--cpu", "--max-tokens", "4096",
-                              "--valid-subset", "valid"], capture_output=True, text=True)
+                              "--valid-subset", "valid"], capture_output=True, text=True, env=self.env)
         for line in (val.stdout + val.stderr).splitlines():
             if "valid on 'valid' subset" in line and "| loss " in line:
                 res["valid_loss"] = float(line.split("| loss ")[1].split()[0])
         gen = subprocess.run([exe("fairseq-generate"), str(self.data), "--user-dir", str(REPO / "deepnmt_fairseq"),
                               "--path", str(ckpt), "--gen-subset", "test", "--beam", "4", "--batch-size", "128",
                               "--required-batch-size-multiple", "1", "--remove-bpe", "--cpu", "--max-len-a", "1.2",
-                              "--max-len-b", "10"], capture_output=True, text=True)
+                              "--max-len-b", "10"], capture_output=True, text=True, env=self.env)
         from deepnmt_fairseq.generate_output import parse_generate
 
         parsed = parse_generate(gen.stdout)
@@ -205,7 +213,10 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work-dir", default=str(REPO / "work" / "fidelity"))
     ap.add_argument("--only", nargs="*", default=["depth", "deep-decoder", "gpkd", "ssl"])
-    ap.add_argument("--updates", type=int, default=400)
+    ap.add_argument("--updates", type=int, default=1200)
+    ap.add_argument("--report-only", action="store_true", help="write the report from the finished runs")
+    ap.add_argument("--jobs", type=int, default=2, help="runs trained at the same time")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per run")
     ap.add_argument("--report", default=str(REPO / "docs" / "fidelity.md"))
     a = ap.parse_args(argv)
     import quickstart
@@ -213,61 +224,111 @@ def main(argv=None):
     work = Path(a.work_dir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     data = quickstart.prepare(work, 4000)
-    study = Study(work, data, a.updates)
+    study = Study(work, data, a.updates, a.threads)
     results = {}
+    if a.report_only:
+        for done in sorted((work / "runs").glob("*/done.json")):
+            results[done.parent.name] = json.loads(done.read_text())
+        write_report(results, Path(a.report), a.updates)
+        return 0
+    # phase 1: every independent run, longest first, --jobs at a time
+    first = []
     if "depth" in a.only:
-        for name, model in depth_runs().items():
-            results[name] = study.train(name, model)
+        first += [(name, model, LS, {}) for name, model in depth_runs().items()]
     if "deep-decoder" in a.only:
-        for name, (model, crit) in DEEP_DECODER.items():
-            r = study.train(name, model, crit)
+        first += [(name, model, crit, {}) for name, (model, crit) in DEEP_DECODER.items()]
+    if "gpkd" in a.only:
+        first.append(("gpkd-teacher-24-3", GP_TEACHER, LS, {}))
+        first.append(("prenorm-6", depth_runs()["prenorm-6"], LS, {}))  # the 6-layer baseline
+    if "ssl" in a.only:
+        first.append(("prenorm-24", depth_runs()["prenorm-24"], LS, {}))
+    first = list({r[0]: r for r in first}.values())
+    first.sort(key=lambda r: -_layers(r[1]))
+    with ThreadPoolExecutor(a.jobs) as pool:
+        for name, out in zip([r[0] for r in first],
+                             pool.map(lambda r: study.train(r[0], r[1], r[2], **r[3]), first)):
+            results[name] = out
+    # phase 2: what depends on phase 1
+    if "deep-decoder" in a.only:
+        for name in DEEP_DECODER:
+            r = results[name]
             if not r["diverged"] and "unk_gap" not in r:
                 r.update(study.unk_gap(work / "runs" / name / "checkpoint_last.pt"))
                 (work / "runs" / name / "done.json").write_text(json.dumps(r, indent=1) + "\n")
-            results[name] = r
+    second = []
     if "gpkd" in a.only:
-        results.update(gpkd(study, work, data, a.updates))
+        second += gpkd_runs(study, work, data, a.jobs)
     if "ssl" in a.only:
-        results.update(ssl(study, work, a.updates))
+        second += ssl_runs(work, a.updates)
+    with ThreadPoolExecutor(a.jobs) as pool:
+        for name, out in zip([r[0] for r in second],
+                             pool.map(lambda r: study.train(r[0], r[1], r[2], **r[3]), second)):
+            results[name] = out
     (work / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     write_report(results, Path(a.report), a.updates)
     return 0
 
 
-def gpkd(study, work, data, updates):
-    out = {}
-    teacher = ["--arch", "deepnmt_transformer", "--encoder-layers", "24", "--decoder-layers", "3",
-               "--gp-group-size", "4"]
-    out["gpkd-teacher-24-3"] = study.train("gpkd-teacher-24-3", teacher)
+GP_TEACHER = ["--arch", "deepnmt_transformer", "--encoder-layers", "24", "--decoder-layers", "3",
+              "--gp-group-size", "4"]
+SIX = ["--arch", "deepnmt_transformer", "--encoder-layers", "6", "--decoder-layers", "3"]
+
+
+def _layers(model):
+    """Encoder + decoder layers of a run's flags (to schedule the longest runs first)."""
+    n = {"--encoder-layers": 6, "--decoder-layers": 6}
+    for i, f in enumerate(model[:-1]):
+        if f in n:
+            n[f] = int(model[i + 1])
+        if f == "--msc-block-layers":
+            n["--encoder-layers"] = 3 * int(model[i + 1])
+    return sum(n.values())
+
+
+def gpkd_runs(study, work, data, jobs):
+    """GPKD (Li et al. Sec. 3): SKD data from the GP teacher, a student initialised with one
+    layer per group of 4 (Eq. 4), vs the same student shape trained on SKD data from random
+    initialisation; the 6-layer baseline on the real data is ``prenorm-6``."""
     tckpt = work / "runs" / "gpkd-teacher-24-3" / "checkpoint_last.pt"
     skd = work / "skd-bin"
     if not (skd / ".done").exists():
         log("SKD data from the teacher")
         subprocess.run([exe("deepnmt-skd"), "--data", str(data), "--teacher", str(tckpt), "--output", str(skd),
-                        "--cpu", "--batch-size", "128", "--shards", "4"], check=True)
+                        "--cpu", "--batch-size", "128", "--shards", str(jobs)], check=True, env=study.env)
     student = work / "student-init.pt"
     if not student.exists():
         subprocess.run([exe("deepnmt-extract-student"), "--teacher", str(tckpt), "--encoder-group-size", "4",
                         "--output", str(student)], check=True)
-    six = ["--arch", "deepnmt_transformer", "--encoder-layers", "6", "--decoder-layers", "3"]
-    out["gpkd-student-6-3"] = study.train("gpkd-student-6-3", six, data=skd,
-                                          extra=["--finetune-from-model", str(student)])
-    out["skd-only-6-3"] = study.train("skd-only-6-3", six, data=skd)
-    out["baseline-6-3"] = study.train("baseline-6-3", six)
-    return out
+    return [("gpkd-student-6-3", SIX, LS, dict(data=skd, extra=["--finetune-from-model", str(student)])),
+            ("skd-only-6-3", SIX, LS, dict(data=skd))]
 
 
-def ssl(study, work, updates):
-    base = work / "runs" / "prenorm-18" / "checkpoint_last.pt"
-    model = ["--arch", "deepnmt_transformer", "--encoder-layers", "18", "--decoder-layers", "3"]
-    if not base.exists():
-        study.train("prenorm-18", model)
-    return {
-        "ssl-finetune-18": study.train("ssl-finetune-18", model + ["--ssl-rate", "0.4"], updates=updates // 2,
-                                       extra=["--finetune-from-model", str(base)]),
-        "plain-continue-18": study.train("plain-continue-18", model, updates=updates // 2,
-                                         extra=["--finetune-from-model", str(base)]),
-    }
+def ssl_runs(work, updates):
+    """Skipping sub-layer (Li et al. Sec. 4, Table 4): fine-tune the trained 24-layer pre-norm
+    model for half the budget with phi = 0.4, vs continued plain training for the same budget."""
+    base = work / "runs" / "prenorm-24" / "checkpoint_last.pt"
+    model = depth_runs()["prenorm-24"]
+    return [("ssl-finetune-24", model + ["--ssl-rate", "0.4"], LS,
+             dict(updates=updates // 2, extra=["--finetune-from-model", str(base)])),
+            ("plain-continue-24", model, LS, dict(updates=updates // 2, extra=["--finetune-from-model", str(base)]))]
+
+
+STUDIES = [
+    ("Depth (MSC Fig. 2 / Bapna et al. Table 1)", lambda n: n.split("-")[0] in ("postnorm", "prenorm", "transparent",
+                                                                              "msc") and n.count("-") == 1),
+    ("Deep decoder, 12-12 (CAD and collapse-reducing training)", lambda n: n.startswith("dd-")),
+    ("GPKD (Li et al. Table 1 at small scale; baseline = prenorm-6)",
+     lambda n: n.startswith(("gpkd-", "skd-")) or n == "prenorm-6"),
+    ("Skipping sub-layer fine-tuning (Li et al. Table 4; base = prenorm-24)",
+     lambda n: n in ("prenorm-24", "ssl-finetune-24", "plain-continue-24")),
+]
+FINDINGS = Path(__file__).with_name("fidelity_findings.md")
+
+
+def _row(name, r):
+    extra = f"UNK-source gap {r['unk_gap']} bits" if "unk_gap" in r else ""
+    return (f"| {name} | {r.get('final_train_loss', math.nan):.3f} | {r.get('valid_loss', '-')} | "
+            f"{r.get('bleu', 'diverged' if r.get('diverged') else '-')} | {extra} | {r.get('seconds')} |")
 
 
 def write_report(results, path: Path, updates):
@@ -276,25 +337,56 @@ def write_report(results, path: Path, updates):
     lines = ["# Fidelity study on the embedded corpus", "",
              f"Generated by `python benchmarks/fidelity.py` ({time.strftime('%Y-%m-%d')}). Every run: the bundled "
              f"LibreOffice-help corpus (en->de, 18k pairs, 4k joint BPE), width 64 (FFN 256, 4 heads), "
-             f"{updates} updates of at most 2048 tokens, Adam lr 2e-3, 100 warmup updates, seed 1, CPU. "
-             "BLEU: test split, beam 4, tokenized (BPE removed). The exact command of every run is in "
-             "`work/fidelity/runs/<name>/done.json` and repeated below.", "",
-             "| run | train loss (last) | valid loss | test BLEU | extra | seconds |", "|---|---|---|---|---|---|"]
-    for name, r in results.items():
-        extra = ""
-        if "unk_gap" in r:
-            extra = f"UNK-source gap {r['unk_gap']}"
-        lines.append(f"| {name} | {r.get('final_train_loss', math.nan):.3f} | {r.get('valid_loss', '-')} | "
-                     f"{r.get('bleu', 'diverged' if r.get('diverged') else '-')} | {extra} | {r.get('seconds')} |")
-    depth = {k: v for k, v in results.items() if k.split("-")[0] in ("postnorm", "prenorm", "transparent", "msc")}
+             f"{updates} updates of at most 2048 tokens (fine-tuning runs: half), Adam lr 3e-3, 100 warmup "
+             "updates, label smoothing 0.1, dropout 0.1, seed 1, CPU. Train loss: mean of the last 50 updates "
+             "(base 2). Valid loss: `fairseq-validate` on the valid split. BLEU: test split, beam 4, on the "
+             "Moses-tokenized text (BPE removed). The exact command of every run is listed at the end "
+             "(and in `work/fidelity/runs/<name>/done.json`).", ""]
+    if FINDINGS.exists():
+        lines += [FINDINGS.read_text().strip(), ""]
+    for title, pick in STUDIES:
+        names = [n for n in results if pick(n)]
+        if not names:
+            continue
+        lines += [f"## {title}", "", "| run | train loss | valid loss | test BLEU | extra | seconds |",
+                  "|---|---|---|---|---|---|"]
+        lines += [_row(n, results[n]) for n in names]
+        lines.append("")
+    depth = {k: v for k, v in results.items() if STUDIES[0][1](k)}
     if depth:
-        plot(depth, img / "fidelity-depth.png", f"Depth study ({updates} updates)", [6, 18, 36],
-             [("final_train_loss", "train loss"), ("bleu", "test BLEU")])
-        lines += ["", "![depth](img/fidelity-depth.png)"]
-    lines += ["", "## Commands", ""]
+        plot(depth, img / "fidelity-depth.png", f"Depth study ({updates} updates)", list(DEPTHS),
+             [("final_train_loss", "train loss"), ("valid_loss", "valid loss"), ("bleu", "test BLEU")])
+        lines += ["![depth](img/fidelity-depth.png)", ""]
+    curves = {k: v for k, v in results.items() if v.get("losses")}
+    if curves:
+        plot_curves(curves, img / "fidelity-curves.png")
+        lines += ["![training curves](img/fidelity-curves.png)", ""]
+    lines += ["## Commands", ""]
     for name, r in results.items():
         lines.append(f"- `{name}`: `{r.get('command', '')}`")
     path.write_text("\n".join(lines) + "\n")
+
+
+def plot_curves(results, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = [(t, [n for n in results if pick(n)]) for t, pick in STUDIES]
+    groups = [(t, ns) for t, ns in groups if ns]
+    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 3.6), squeeze=False)
+    for ax, (title, names) in zip(axes[0], groups):
+        for n in names:
+            xs, ys = zip(*results[n]["losses"])
+            ax.plot(xs, ys, label=n, linewidth=1)
+        ax.set_title(title.split(" (")[0], fontsize=9)
+        ax.set_xlabel("update")
+        ax.set_ylabel("train loss")
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """deepnmt_fairseq: very deep NMT for fairseq (load with ``--user-dir``).
 
 Importing the package makes fairseq's checkpoint loading safe under torch's
-``weights_only=True`` and registers every model, architecture, criterion and
-task of the plugin.  ``python -m deepnmt_fairseq`` prints the directory to pass
+``weights_only=True``, turns on the reliability guards (atomic checkpoint copies,
+no silently dropped last batch, clear errors for empty data and mismatched
+checkpoints, CPU/c10d DDP; see ``reliability.py``) and registers every model,
+architecture, criterion and task of the plugin.  ``python -m deepnmt_fairseq`` prints the directory to pass
 to ``--user-dir``.
 """
 
@@ -14,6 +16,10 @@ USER_DIR = _os.path.dirname(_os.path.abspath(__file__))
 from . import checkpoint_safety as _checkpoint_safety  # noqa: E402
 
 _checkpoint_safety.install()
+
+from . import reliability as _reliability  # noqa: E402
+
+_reliability.install()
 
 
 def _check_single_copy():

@@ -16,7 +16,9 @@ own hooks; the happy path is unchanged except where fairseq loses data:
    ``fairseq-generate`` then translates e.g. 8 of 10 test sentences without a word,
    ``fairseq-validate`` scores a subset, and training never sees the longest sentences
    (the last batch of the length-sorted order).  The dropped tail is re-appended as one
-   smaller batch (it already satisfied ``--max-tokens``/``--batch-size``).
+   smaller batch (it already satisfied ``--max-tokens``/``--batch-size``).  Resuming a run
+   mid-epoch across a change of this setting reshuffles the rest of that epoch (one batch
+   more or less in fairseq's per-epoch shuffle).
 3. **Clear errors for empty training data.**  An empty split (fairseq-preprocess of an
    empty file) fails in fairseq with "cannot mmap an empty file"; a training split whose
    every pair is longer than ``--max-source-positions``/``--max-target-positions`` fails
@@ -184,6 +186,9 @@ def _keep_last_batch(batch_by_size):
             head = np.concatenate(batches) if batches else indices[:0]
             if np.array_equal(head, indices[:covered]):
                 batches = list(batches) + [indices[covered:].copy()]
+                logger.info("kept the last batch (%d of %d items) that fairseq drops when its size is not a "
+                            "multiple of --required-batch-size-multiple %d", len(indices) - covered, len(indices),
+                            required_batch_size_multiple)
         return batches
 
     wrapper.__wrapped__ = batch_by_size

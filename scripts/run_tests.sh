@@ -3,6 +3,10 @@
 #
 #   bash scripts/run_tests.sh [pytest args...]      e.g.  -m "not slow"   or   -k msc
 #
+# Test files run in parallel (pytest-xdist, one file per worker at a time, each worker
+# single-threaded): PYTEST_WORKERS=N sets the number of workers (default: the number of
+# cores, at most 4); PYTEST_WORKERS=1 runs everything in one process.
+#
 # Sets up .venv with scripts/setup_env.sh (CPU torch, fairseq 0.12.3, this package),
 # then runs pytest.  Exit code 5 from pytest (no tests collected) is an error here:
 # it means the suite did not load, not that everything passed.
@@ -15,7 +19,13 @@ source "$VENV/bin/activate"
 cd "$HERE"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 start=$(date +%s)
-python -m pytest -q -p no:cacheprovider --durations=15 "$@"
+WORKERS="${PYTEST_WORKERS:-$(nproc 2>/dev/null || echo 1)}"
+(( WORKERS > 4 )) && WORKERS=4
+PARALLEL=()
+if (( WORKERS > 1 )) && python -c "import xdist" 2>/dev/null; then
+  PARALLEL=(-n "$WORKERS" --dist loadfile)
+fi
+python -m pytest -q -p no:cacheprovider --durations=15 "${PARALLEL[@]}" "$@"
 rc=$?
 echo "[tests] pytest exit code $rc after $(( $(date +%s) - start )) s" >&2
 if [[ $rc -eq 5 ]]; then

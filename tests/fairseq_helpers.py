@@ -73,6 +73,11 @@ def tiny_model_flags(d=16, ffn=32, heads=2):
     ]
 
 
+# in-process tiny models: width 16, shared embeddings; with dropout where a test needs it on
+TINY = [*map(str, tiny_model_flags()), "--share-all-embeddings"]
+TINY_DROPOUT = [*TINY, "--dropout", "0.1", "--attention-dropout", "0.1"]
+
+
 def train(data_bin: Path, save_dir: Path, arch: str, extra=(), max_update=3, criterion=None):
     args = [
         data_bin, "--user-dir", USER_DIR, "--arch", arch, "--task", "translation",
@@ -108,6 +113,15 @@ def build_model(arch="deepnmt_transformer", extra=(), vocab=40, seed=0):
 
     torch.manual_seed(seed)
     return _build(arch, vocab, [str(a) for a in extra])
+
+
+def incremental_decode(model, src, lens, tgt):
+    """Decoder outputs ``(B, T, V)`` computed one target position at a time with an
+    incremental state (what beam search does), to compare with the full forward pass."""
+    enc = model.encoder(src, lens)
+    state = {}
+    steps = [model.decoder(tgt[:, : t + 1], encoder_out=enc, incremental_state=state)[0] for t in range(tgt.size(1))]
+    return torch.cat(steps, 1)
 
 
 def random_batch(model, bsz=3, src_len=7, tgt_len=6, seed=0, pad_last=True):

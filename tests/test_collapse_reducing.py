@@ -13,11 +13,8 @@ from deepnmt_fairseq.modules.collapse_losses import (
     masked_mean,
     unk_corrupt,
 )
-from fairseq_helpers import build_model, random_batch
+from fairseq_helpers import build_model, random_batch, TINY
 
-TINY = ["--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
-        "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-        "--share-all-embeddings"]
 
 
 # ----------------------------------------------------------------- loss pieces

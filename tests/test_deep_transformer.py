@@ -4,11 +4,8 @@ import pytest
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
-from fairseq_helpers import build_model, random_batch
+from fairseq_helpers import build_model, incremental_decode, random_batch, TINY_DROPOUT as TINY
 
-TINY = ["--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
-        "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-        "--share-all-embeddings", "--dropout", "0.1", "--attention-dropout", "0.1"]
 
 CONFIGS = {
     "prenorm": ["--encoder-layers", "4", "--decoder-layers", "2"],
@@ -46,20 +43,13 @@ def _model(name, extra=(), seed=0):
     return build_model("deepnmt_transformer", TINY + CONFIGS[name] + list(extra), seed=seed)
 
 
-def _incremental(model, src, lens, tgt):
-    enc = model.encoder(src, lens)
-    state = {}
-    steps = [model.decoder(tgt[:, : t + 1], encoder_out=enc, incremental_state=state)[0] for t in range(tgt.size(1))]
-    return torch.cat(steps, 1)
-
-
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_incremental_decoding_equals_full_forward(name):
     model = _model(name).eval()
     src, lens, tgt = random_batch(model, bsz=3, src_len=7, tgt_len=6)
     with torch.no_grad():
         full, _ = model(src, lens, tgt)
-        inc = _incremental(model, src, lens, tgt)
+        inc = incremental_decode(model, src, lens, tgt)
     assert (full - inc).abs().max().item() <= 1e-5
 
 

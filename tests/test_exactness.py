@@ -20,18 +20,14 @@ from __future__ import annotations
 import copy
 import json
 import re
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
-from fairseq_helpers import USER_DIR, build_model, random_batch, run_cli
+from fairseq_helpers import USER_DIR, build_model, incremental_decode, random_batch, run_cli, TINY_DROPOUT as TINY
 
-TINY = ["--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
-        "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-        "--share-all-embeddings", "--dropout", "0.1", "--attention-dropout", "0.1"]
 
 # every feature alone, plus mixes the configuration matrix (tests/test_matrix.py) does not train
 EXTRA = {
@@ -60,8 +56,10 @@ EXTRA = {
                             "--rpr-values", "--post-norm"],
     "rpr-transparent": ["--deep-memory", "transparent", "--encoder-layers", "3", "--decoder-layers", "2",
                         "--rpr-max-relative-position", "3"],
-    "msc-ffn-rpr-values": ["--deep-memory", "msc", "--msc-block-layers", "1,2", "--decoder-layers", "2",
-                           "--msc-context-cell", "ffn", "--rpr-max-relative-position", "2", "--rpr-values"],
+    "msc-ffn-rpr": ["--deep-memory", "msc", "--msc-block-layers", "1,2", "--decoder-layers", "2",
+                    "--msc-context-cell", "ffn", "--rpr-max-relative-position", "2"],
+    "msc-no-enc-ctx-rpr-values": ["--deep-memory", "msc", "--msc-block-layers", "1,2", "--decoder-layers", "2",
+                                  "--msc-no-encoder-context", "--rpr-max-relative-position", "2", "--rpr-values"],
     "msc-add-no-enc-ctx-cad": ["--deep-memory", "msc", "--msc-block-layers", "2", "--decoder-layers", "3",
                                "--msc-fusion", "add", "--msc-no-encoder-context", "--cad-drop-depth", "2",
                                "--cad-drop-ratio", "0.5"],
@@ -109,10 +107,7 @@ def test_incremental_decoding_equals_full_forward(name):
     src, lens, tgt = random_batch(model, bsz=3, src_len=7, tgt_len=9)  # longer than RPR's clip
     with torch.no_grad():
         full, _ = model(src, lens, tgt)
-        enc = model.encoder(src, lens)
-        state = {}
-        inc = torch.cat([model.decoder(tgt[:, : t + 1], encoder_out=enc, incremental_state=state)[0]
-                         for t in range(tgt.size(1))], 1)
+        inc = incremental_decode(model, src, lens, tgt)
     assert (full - inc).abs().max().item() <= 1e-5
 
 
@@ -126,7 +121,7 @@ def _beam(model, src, lens, beam=4):
 
 BATCH_INVARIANCE = ["rpr", "rpr-transparent", "msc-gate", "msc-ffn-cell", "msc-no-ctx", "transparent", "cad-half",
                     "cad-full-rpr", "matrix:transparent-postnorm-cad-ddr", "ssl-sublayer", "gp",
-                    "matrix:msc-gate-everything", "postnorm", "msc-add-no-enc-ctx-cad", "matrix:named-desdar_48_3",
+                    "matrix:msc-gate-everything", "postnorm", "msc-add-no-enc-ctx-cad", "desdar-like",
                     "matrix:prenorm-rpr-layerdrop"]
 
 
@@ -199,7 +194,7 @@ def _per_update(res):
     for m in re.findall(r"train_inner\W+(\{.*\})", res.stdout + res.stderr):
         d = json.loads(m)
         out[int(d["num_updates"])] = {k: v for k, v in d.items()
-                                      if k.endswith("loss") or k in ("gnorm", "lr", "wpb", "bsz")}
+                                      if k.endswith("loss") or k in ("gnorm", "lr", "wpb", "bsz", "epoch")}
     return out
 
 
@@ -222,6 +217,7 @@ def test_resume_gives_the_same_losses_and_weights(data_bin, tmp_path, name):
     assert sorted(straight) == list(range(1, N_UPDATES + 1))
     assert sorted(first) == list(range(1, SPLIT + 1)) and sorted(second) == list(range(SPLIT + 1, N_UPDATES + 1))
     assert {**first, **second} == straight  # every logged loss term, gnorm, lr and batch size
+    assert straight[SPLIT]["epoch"] == straight[SPLIT + 1]["epoch"] == 1 and straight[N_UPDATES]["epoch"] == 2
     if name == "stochastic":
         assert "ald_loss" in straight[1] and "ddr_loss" in straight[1]
     a, na, opt_a = _weights(tmp_path / "straight" / "checkpoint_last.pt")
@@ -307,15 +303,7 @@ STUDENTS = {
 }
 
 
-_TRANSPARENT_DECODER_BUG = pytest.mark.xfail(
-    strict=True, raises=RuntimeError,
-    reason="deepnmt-extract-student keeps all columns of the transparent mix W when the decoder is compressed "
-           "(encoder.layer_mix.weight [N+1, M_teacher] vs the student's [N'+1, M']); reported: "
-           "cli/extract_student.py remap_state")
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_TRANSPARENT_DECODER_BUG) if n.startswith("transparent")
-                                  else n for n in sorted(STUDENTS)])
+@pytest.mark.parametrize("name", sorted(STUDENTS))
 def test_extracted_student_decodes_identically_after_save_and_load(data_bin, tmp_path, name):
     from fairseq import checkpoint_utils
 

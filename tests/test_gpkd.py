@@ -7,11 +7,8 @@ import torch
 
 from deepnmt_fairseq.cli.extract_student import extract, remap_state, select_layers
 from deepnmt_fairseq.modules.relative_position import RelativePositionEmbeddings, relative_buckets
-from fairseq_helpers import build_model, random_batch
+from fairseq_helpers import build_model, incremental_decode, random_batch, TINY
 
-TINY = ["--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
-        "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-        "--share-all-embeddings"]
 
 
 # ----------------------------------------------------------------- RPR
@@ -48,10 +45,7 @@ def test_rpr_incremental_equals_full(extra):
     src, lens, tgt = random_batch(model, tgt_len=9)  # longer than k: clipping is exercised
     with torch.no_grad():
         full, _ = model(src, lens, tgt)
-        enc = model.encoder(src, lens)
-        state = {}
-        inc = torch.cat([model.decoder(tgt[:, : t + 1], encoder_out=enc, incremental_state=state)[0]
-                         for t in range(tgt.size(1))], 1)
+        inc = incremental_decode(model, src, lens, tgt)
     assert (full - inc).abs().max() <= 1e-5
     assert any("relative" in n for n, _ in model.named_parameters())
 

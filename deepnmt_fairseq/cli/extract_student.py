@@ -77,9 +77,12 @@ def remap_state(model_state: dict, enc_keep: Optional[List[int]], dec_keep: Opti
             if idx in maps[side]:
                 out[f"{side}.layers.{maps[side][idx]}.{rest}"] = value
             continue
-        if key == "encoder.layer_mix.weight" and enc_keep is not None:
-            rows = [0] + [(g + 1) * enc_group for g in range(len(enc_keep))]
-            value = value[rows].clone()
+        if key == "encoder.layer_mix.weight":  # transparent W: (N+1 encoder outputs, M decoder layers)
+            if enc_keep is not None:  # the embedding row and each group's output row
+                value = value[[0] + [(g + 1) * enc_group for g in range(len(enc_keep))]]
+            if dec_keep is not None:  # the kept decoder layers' columns
+                value = value[:, dec_keep]
+            value = value.clone()
         out[key] = value
     return out
 
@@ -116,7 +119,9 @@ def extract(state: dict, enc_group: int = 1, dec_group: int = 1, how: str = "ran
             new_args.gp_group_size = 1
     if dec_group > 1 or dec_select is not None:
         if getattr(args, "deep_memory", "top") == "msc":
-            raise ValueError("an MSC decoder cannot be compressed: decoder layer n is tied to encoder block n")
+            raise ValueError("an MSC decoder cannot be compressed (--decoder-group-size/--decoder-layers-select): "
+                             "decoder layer n is tied to encoder block n; compress the encoder blocks with "
+                             "--encoder-group-size instead")
         dec_keep = select_layers(n_dec, dec_group if dec_group > 1 else n_dec // len(dec_select), how, seed + 1,
                                  dec_select, "decoder")
         new_args.decoder_layers = len(dec_keep)

@@ -263,8 +263,8 @@ def _register_dd(size, enc, dec, row, params, cad=False):
     @_arch(name, DD, row, params)
     def fn(args):
         _depth(args, enc, dec)
-        if cad:
-            depth, ratio = cad_defaults(dec)
+        if cad:  # from the decoder depth in use (a --decoder-layers flag wins over the name's)
+            depth, ratio = cad_defaults(args.decoder_layers)
             _set(args, cad_drop_depth=depth, cad_drop_ratio=ratio)
         width(args)
         deep_base_architecture(args)
