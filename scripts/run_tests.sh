@@ -17,9 +17,11 @@ VENV="${VENV:-$HERE/.venv}"
 # shellcheck disable=SC1091
 source "$VENV/bin/activate"
 cd "$HERE"
+# cores this process may use (nproc would answer OMP_NUM_THREADS, set just below)
+WORKERS="${PYTEST_WORKERS:-$(python -c 'import os; print(len(os.sched_getaffinity(0)))' 2>/dev/null || echo 1)}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 start=$(date +%s)
-WORKERS="${PYTEST_WORKERS:-$(nproc 2>/dev/null || echo 1)}"
+
 (( WORKERS > 4 )) && WORKERS=4
 PARALLEL=()
 if (( WORKERS > 1 )) && python -c "import xdist" 2>/dev/null; then
