@@ -45,6 +45,7 @@ def test_benchmark_script_writes_the_table_and_json(tmp_path):
     assert rpr["time_ratio"] > 0 and rpr["flop_ratio"] >= 1.0 and rpr["memory_ratio"] > 0
     desdar = rows["DESDAR 48-1 decoding (vs 48-6)"]
     assert desdar["ours_tok_per_s"] > 0 and desdar["speed_ratio_single"] > 0
+    assert 0 < desdar["ours_encoder_share"] < 1 and desdar["search_time_ratio"] > 0
     ckpt = rows["MSC 6x12 memory, activation checkpointing"]
     assert 0 < ckpt["memory_ours"] < 0.6 * ckpt["memory_without"] and ckpt["met"]
     table = (tmp_path / "speed-tiny-cpu.md").read_text()
