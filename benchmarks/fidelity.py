@@ -199,7 +199,7 @@ def plot(results, path, title, xs, series):
 
     fig, axes = plt.subplots(1, len(series), figsize=(5 * len(series), 3.6))
     for ax, (metric, label) in zip(axes if len(series) > 1 else [axes], series):
-        for fam in ("postnorm", "prenorm", "transparent", "msc"):
+        for fam in FAMILIES:
             ys = [results.get(f"{fam}-{n}", {}).get(metric, math.nan) for n in xs]
             ax.plot(xs, ys, marker="o", label=fam)
         ax.set_xlabel("encoder layers")
@@ -231,7 +231,10 @@ def main(argv=None):
     if a.report_only:
         for done in sorted((work / "runs").glob("*/done.json")):
             results[done.parent.name] = json.loads(done.read_text())
-        write_report(results, Path(a.report), a.updates)
+        budgets = [int(w[1]) for r in results.values() for w in zip(shlex.split(r.get("command", "")),
+                                                                    shlex.split(r.get("command", ""))[1:])
+                   if w[0] == "--max-update"]
+        write_report(results, Path(a.report), max(budgets) if budgets else a.updates)
         return 0
     # phase 1: every independent run, longest first, --jobs at a time
     first = []
@@ -328,9 +331,31 @@ STUDIES = [
 FINDINGS = Path(__file__).with_name("fidelity_findings.md")
 
 
+FAMILIES = ("postnorm", "prenorm", "transparent", "msc")
+
+
+def _order(name):
+    """Depth runs by family then depth; the rest as the study runs them."""
+    fam, _, n = name.rpartition("-")
+    if fam in FAMILIES and n.isdigit():
+        return (FAMILIES.index(fam), int(n), name)
+    return (len(FAMILIES), 0, name)
+
+
+def _portable(command: str) -> str:
+    """The command as a user of a fresh clone would type it (repository-relative paths,
+    console scripts by name)."""
+    words = shlex.split(command)
+    if words:
+        words[0] = Path(words[0]).name
+    return " ".join(shlex.quote(w.replace(str(REPO) + "/", "")) for w in words)
+
+
 def _row(name, r):
     extra = f"UNK-source gap {r['unk_gap']} bits" if "unk_gap" in r else ""
-    return (f"| {name} | {r.get('final_train_loss', math.nan):.3f} | {r.get('valid_loss', '-')} | "
+    valid = r.get("valid_loss")
+    valid = f"{valid:.3f}" if isinstance(valid, (int, float)) else "-"
+    return (f"| {name} | {r.get('final_train_loss', math.nan):.3f} | {valid} | "
             f"{r.get('bleu', 'diverged' if r.get('diverged') else '-')} | {extra} | {r.get('seconds')} |")
 
 
@@ -348,7 +373,7 @@ def write_report(results, path: Path, updates):
     if FINDINGS.exists():
         lines += [FINDINGS.read_text().strip(), ""]
     for title, pick in STUDIES:
-        names = [n for n in results if pick(n)]
+        names = sorted((n for n in results if pick(n)), key=_order)
         if not names:
             continue
         lines += [f"## {title}", "", "| run | train loss | valid loss | test BLEU | extra | seconds |",
@@ -365,8 +390,8 @@ def write_report(results, path: Path, updates):
         plot_curves(curves, img / "fidelity-curves.png")
         lines += ["![training curves](img/fidelity-curves.png)", ""]
     lines += ["## Commands", ""]
-    for name, r in results.items():
-        lines.append(f"- `{name}`: `{r.get('command', '')}`")
+    for name in sorted(results, key=_order):
+        lines.append(f"- `{name}`: `{_portable(results[name].get('command', ''))}`")
     path.write_text("\n".join(lines) + "\n")
 
 
