@@ -157,7 +157,8 @@ class Study:
         return res
 
     def unk_gap(self, ckpt: Path):
-        """valid loss with all source tokens replaced by UNK minus the real valid loss (nats/token, base 2)."""
+        """Valid NLL (bits/token, no label smoothing) with every source token replaced by UNK, minus the
+        NLL with the real source: how much the predictions depend on the source."""
         import torch
 
         import deepnmt_fairseq  # noqa: F401
@@ -352,7 +353,11 @@ def _portable(command: str) -> str:
 
 
 def _row(name, r):
-    extra = f"UNK-source gap {r['unk_gap']} bits" if "unk_gap" in r else ""
+    extra = ""
+    if "unk_gap" in r:  # valid NLL (bits/token) with the real source -> with an all-UNK source
+        extra = f"UNK-source gap {r['unk_gap']} bits"
+        if "valid_nll_real" in r:
+            extra += f" (NLL {r['valid_nll_real']} -> {r['valid_nll_unk_source']})"
     valid = r.get("valid_loss")
     valid = f"{valid:.3f}" if isinstance(valid, (int, float)) else "-"
     return (f"| {name} | {r.get('final_train_loss', math.nan):.3f} | {valid} | "
