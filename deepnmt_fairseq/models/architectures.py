@@ -14,11 +14,17 @@ from .deep_transformer import MODEL_NAME
 
 # name -> (paper, table row, paper's parameter count in millions or None)
 PAPER_ROWS = {}
+# (family, *parameters) -> name of the architectures registered in families below, e.g.
+# ("dd", "base", 15, 15, True) -> "dd_base_15_15_cad": the experiment registry
+# (deepnmt_fairseq.repro.registry) looks names up here instead of rebuilding them.
+ARCHS = {}
 
 
-def _arch(name, paper=None, row=None, params=None):
+def _arch(name, paper=None, row=None, params=None, key=None):
     def deco(fn):
         PAPER_ROWS[name] = (paper, row, params)
+        if key is not None:
+            ARCHS[key] = name
         return register_model_architecture(MODEL_NAME, name)(fn)
 
     return deco
@@ -91,7 +97,7 @@ MSC = "MSC (Wei et al. 2020)"
 
 
 def _register_msc_iwslt(layers, per_block, row, params, dropout):
-    @_arch(f"msc_iwslt_{layers}l", MSC, row, params)
+    @_arch(f"msc_iwslt_{layers}l", MSC, row, params, key=("msc_iwslt", layers))
     def fn(args):
         _set(args, dropout=dropout, attention_dropout=dropout)
         _msc(args, 6, per_block)
@@ -110,7 +116,7 @@ _register_msc_iwslt(72, 12, "Table 2 rows 5-6 (72 layers, 6x12; row 6 adds L2 1e
 def _register_plain_iwslt(layers, pre, row, params, dropout):
     kind = "prenorm" if pre else "postnorm"
 
-    @_arch(f"{kind}_iwslt_{layers}l", MSC, row, params)
+    @_arch(f"{kind}_iwslt_{layers}l", MSC, row, params, key=(f"{kind}_iwslt", layers))
     def fn(args):
         _set(args, dropout=dropout, attention_dropout=dropout)
         _depth(args, layers, 6)
@@ -129,7 +135,8 @@ for _n in (6, 36, 72):
 
 
 def _register_transparent_iwslt(layers):
-    @_arch(f"transparent_iwslt_{layers}l", MSC, f"Table 3 (Bapna et al. 2018, {layers} layers)", None)
+    @_arch(f"transparent_iwslt_{layers}l", MSC, f"Table 3 (Bapna et al. 2018, {layers} layers)", None,
+           key=("transparent_iwslt", layers))
     def fn(args):
         _set(args, deep_memory="transparent", dropout=0.3, attention_dropout=0.3)
         _depth(args, layers, 6)
@@ -145,7 +152,8 @@ for _n in (36, 72):
 
 
 def _register_msc_wide(layers, per_block):
-    @_arch(f"msc_iwslt_wide_{layers}l", MSC, f"Table 5 (MSC {layers} layers, emb 512, ffn 1024)", None)
+    @_arch(f"msc_iwslt_wide_{layers}l", MSC, f"Table 5 (MSC {layers} layers, emb 512, ffn 1024)", None,
+           key=("msc_iwslt_wide", layers))
     def fn(args):
         _set(args, encoder_embed_dim=512, encoder_ffn_embed_dim=1024, decoder_embed_dim=512,
              decoder_ffn_embed_dim=1024, dropout=0.3, attention_dropout=0.3)
@@ -165,7 +173,7 @@ _register_msc_wide(36, 6)
 def _register_msc_wmt(size, layers, per_block, row, params):
     width = _wmt_base if size == "base" else _wmt_big
 
-    @_arch(f"msc_wmt_{size}_{layers}l", MSC, row, params)
+    @_arch(f"msc_wmt_{size}_{layers}l", MSC, row, params, key=("msc_wmt", size, layers))
     def fn(args):
         _msc(args, 6, per_block)
         width(args)
@@ -205,7 +213,7 @@ _BAPNA_PARAMS = {6: 94, 12: 120, 16: 137, 20: 154}
 
 def _register_transparent_wmt(layers):
     @_arch(f"transparent_wmt_base_{layers}l", BAPNA, f"Table 1 (Transparent, {layers} encoder layers)",
-           _BAPNA_PARAMS[layers])
+           _BAPNA_PARAMS[layers], key=("transparent_wmt_base", layers))
     def fn(args):
         _set(args, deep_memory="transparent")
         _depth(args, layers, 6)
@@ -214,7 +222,7 @@ def _register_transparent_wmt(layers):
         deep_base_architecture(args)
 
     @_arch(f"postnorm_wmt_base_{layers}l", BAPNA, f"Table 1 (Baseline, {layers} encoder layers)",
-           _BAPNA_PARAMS[layers])
+           _BAPNA_PARAMS[layers], key=("postnorm_wmt_base", layers))
     def plain(args):
         _depth(args, layers, 6)
         _norm(args, False)
@@ -260,7 +268,7 @@ def _register_dd(size, enc, dec, row, params, cad=False):
     width = _wmt_base if size == "base" else _wmt_big
     name = f"dd_{size}_{enc}_{dec}" + ("_cad" if cad else "")
 
-    @_arch(name, DD, row, params)
+    @_arch(name, DD, row, params, key=("dd", size, enc, dec, cad))
     def fn(args):
         _depth(args, enc, dec)
         if cad:  # from the decoder depth in use (a --decoder-layers flag wins over the name's)

@@ -1,4 +1,4 @@
-"""Data model of the experiment registry (no fairseq import).
+"""Data model of the experiment registry (imports nothing from fairseq itself).
 
 An :class:`Experiment` is one runnable job: a sequence of stages (fairseq-train,
 SKD data generation, student extraction) plus how to evaluate it.  A
@@ -9,7 +9,7 @@ experiment (``experiment=None``) and say why.
 
 Every value that the paper does not give carries a note (``Recipe.notes``,
 ``Experiment.notes``) saying where it comes from; ``docs/reproduction.md`` and
-``scripts/experiments.py show NAME`` print them.
+``deepnmt-repro show NAME`` print them.
 """
 
 from __future__ import annotations
@@ -18,18 +18,10 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Tuple, Union
 
-# Datasets written by scripts/prepare_data.py: name -> (source, target).
-DATASETS: Dict[str, Tuple[str, str]] = {
-    "iwslt14-de-en": ("de", "en"),
-    "iwslt14-en-de": ("en", "de"),
-    "iwslt14-de-en-fairseq": ("de", "en"),
-    "iwslt17-en-fr": ("en", "fr"),
-    "wmt14-en-de": ("en", "de"),
-    "wmt14-en-de-dd": ("en", "de"),
-    "wmt14-en-de-gpkd": ("en", "de"),
-    "wmt14-en-fr": ("en", "fr"),
-    "wmt15-cs-en": ("cs", "en"),
-}
+from .corpora import RECIPES
+
+# Datasets written by scripts/prepare_data.py (the corpora registry): name -> (source, target).
+DATASETS: Dict[str, Tuple[str, str]] = {r.name: (r.src, r.tgt) for r in RECIPES.values()}
 
 
 def vaswani_lr(d_model: int, warmup: int, scale: float = 1.0) -> float:

@@ -1,33 +1,32 @@
-#!/usr/bin/env python
-"""The experiment registry: one entry per row of the papers' tables, and the CLI
-behind scripts/train.sh and scripts/evaluate.sh.
+"""The experiment registry: one entry per row of the papers' tables.
 
-    python scripts/experiments.py list [--table KEY]         # names, tables, rows
-    python scripts/experiments.py show NAME                   # settings, notes, commands
-    python scripts/experiments.py train NAME [--dry-run] [--gpus N] ... [-- fairseq flags]
-    python scripts/experiments.py evaluate NAME [--dry-run] [--checkpoint-dir DIR] ...
-    python scripts/experiments.py --write-configs [--config-dir configs]
-    python scripts/experiments.py --check-configs             # exit 1 if configs/ drifted
+``EXPERIMENTS`` (name -> :class:`~deepnmt_fairseq.repro.spec.Experiment`) and ``TABLES``
+(the papers' tables, rows pointing at experiments).  ``deepnmt-repro`` (and the wrappers
+scripts/train.sh, scripts/evaluate.sh) turn an entry into commands:
 
-Importable without fairseq: ``EXPERIMENTS`` (name -> Experiment), ``TABLES`` (the
-papers' tables, rows pointing at experiments).  Hyper-parameters come from the
-papers' settings sections; where a paper is silent the value follows its cited
-setup (Vaswani et al. 2017, Ott et al. 2018, Wang et al. 2019a) and a note says so
-(``show NAME`` prints them; docs/reproduction.md lists them all).
+    deepnmt-repro list [--table KEY]            # names, tables, rows
+    deepnmt-repro show NAME                     # settings, notes, commands
+    deepnmt-repro train NAME [--dry-run] ...    # every stage (scripts/train.sh NAME)
+    deepnmt-repro evaluate NAME ...             # average, decode, score (scripts/evaluate.sh NAME)
+
+Hyper-parameters come from the papers' settings sections; where a paper is silent the
+value follows its cited setup (Vaswani et al. 2017, Ott et al. 2018, Wang et al. 2019a)
+and a note says so (``show NAME`` prints them; docs/reproduction.md lists them all).
+
+Architecture names, CAD defaults and the papers' parameter counts are the model code's
+(:mod:`deepnmt_fairseq.models.architectures`): names are looked up there
+(:func:`_arch`), never rebuilt here, and a row's ``params_m`` is the architecture's
+paper count (:func:`paper_params`) except where a table reports another number for the
+same architecture (:data:`OWN_PARAM_COUNTS` says why).
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-from repro.spec import (  # noqa: E402
+from ..models.architectures import ARCHS, PAPER_ROWS, cad_defaults
+from ..models.deep_transformer import MODEL_NAME
+from .spec import (
     EvalSpec,
     Experiment,
     ExtractStage,
@@ -47,6 +46,36 @@ GPKD = "Li et al. 2021, Learning Light-Weight Translation Models from Deep Trans
 
 EXPERIMENTS: Dict[str, Experiment] = {}
 TABLES: List[Table] = []
+
+# Rows whose params_m is the table's own number, not the architecture's paper count
+# (PAPER_ROWS), and why.  Key: (table key, row label), or (table key, None) for a whole table.
+OWN_PARAM_COUNTS: Dict[Tuple[str, object], str] = {
+    ("dd-t1-enfr", None): "the En→Fr models' counts (their own 40k En-Fr vocabulary); the architectures carry "
+                          "the En→De counts",
+    ("dd-t1-ende", "BIG (Pre-Norm) (BIG) 6-6"): "the deep-decoder paper's 210M for the big pre-norm 6-6 model; "
+                                                "prenorm_wmt_big_6l carries MSC Table 4's 211M",
+}
+
+
+def _arch(*key) -> str:
+    """The registered architecture of a family (architectures.ARCHS), e.g. _arch("dd", "base", 15, 15, True)."""
+    try:
+        return ARCHS[key]
+    except KeyError:
+        raise KeyError(f"no named architecture {key} in deepnmt_fairseq.models.architectures.ARCHS") from None
+
+
+def paper_params(arch: str) -> float:
+    """The paper's parameter count (millions) of a named architecture (architectures.PAPER_ROWS)."""
+    params = PAPER_ROWS[arch][2]
+    if params is None:
+        raise ValueError(f"{arch} has no paper parameter count in PAPER_ROWS")
+    return params
+
+
+def exp_params(name: str) -> float:
+    """paper_params of the architecture an experiment evaluates."""
+    return paper_params(EXPERIMENTS[name].eval_stage.arch)
 
 
 def _add(exp: Experiment) -> str:
@@ -139,13 +168,13 @@ MSC_WMT_EVAL_BASE = wmt_ende_eval(5, extra_notes=("last 5 epoch checkpoints aver
 MSC_WMT_EVAL_BIG = wmt_ende_eval(20, extra_notes=("last 20 epoch checkpoints averaged (Sec. 4.1)",))
 
 _MSC_DIRS = {"ende": "iwslt14-en-de", "deen": "iwslt14-de-en", "enfr": "iwslt17-en-fr"}
-_MSC_T2 = {  # row -> (label, arch, deep, L2, {direction: BLEU}, params, train h / tokens/s)
-    1: ("small, 6 layers, dp 0.1", "prenorm_iwslt_6l", False, False, {"ende": 27.23, "deen": 32.73, "enfr": 41.19}, 10.5, (17, 1800)),
-    2: ("w/ MSC (6 layers)", "msc_iwslt_6l", False, False, {"ende": 27.49, "deen": 33.10, "enfr": 41.53}, 15.6, (17, 1736)),
-    3: ("MSC, 36 layers, dp 0.3", "msc_iwslt_36l", True, False, {"ende": 29.04, "deen": 34.86, "enfr": 42.90}, 43.3, (23, 1498)),
-    4: ("w/ 54 layers", "msc_iwslt_54l", True, False, {"ende": 29.32, "deen": 35.16, "enfr": 43.62}, 60.0, (27, 1412)),
-    5: ("w/ 72 layers", "msc_iwslt_72l", True, False, {"ende": "- (overfits)", "deen": "- (overfits)", "enfr": "- (overfits)"}, 76.6, None),
-    6: ("w/ 72 layers, L2 1e-5", "msc_iwslt_72l", True, True, {"ende": 29.67, "deen": 35.81, "enfr": 44.15}, 76.6, (30, 1340)),
+_MSC_T2 = {  # row -> (label, arch, deep, L2, {direction: BLEU}, train h / tokens/s); params: the arch's
+    1: ("small, 6 layers, dp 0.1", _arch("prenorm_iwslt", 6), False, False, {"ende": 27.23, "deen": 32.73, "enfr": 41.19}, (17, 1800)),
+    2: ("w/ MSC (6 layers)", _arch("msc_iwslt", 6), False, False, {"ende": 27.49, "deen": 33.10, "enfr": 41.53}, (17, 1736)),
+    3: ("MSC, 36 layers, dp 0.3", _arch("msc_iwslt", 36), True, False, {"ende": 29.04, "deen": 34.86, "enfr": 42.90}, (23, 1498)),
+    4: ("w/ 54 layers", _arch("msc_iwslt", 54), True, False, {"ende": 29.32, "deen": 35.16, "enfr": 43.62}, (27, 1412)),
+    5: ("w/ 72 layers", _arch("msc_iwslt", 72), True, False, {"ende": "- (overfits)", "deen": "- (overfits)", "enfr": "- (overfits)"}, None),
+    6: ("w/ 72 layers, L2 1e-5", _arch("msc_iwslt", 72), True, True, {"ende": 29.67, "deen": 35.81, "enfr": 44.15}, (30, 1340)),
 }
 _MSC_T2_NAMES = {1: "plain-6L", 2: "6L", 3: "36L", 4: "54L", 5: "72L", 6: "72L-l2"}
 
@@ -156,18 +185,18 @@ def _msc_name(direction: str, variant: str) -> str:
 
 
 _msc_t2_rows = []
-for _row, (_label, _arch, _deep, _l2, _bleu, _params, _speed) in _MSC_T2.items():
+for _row, (_label, _a, _deep, _l2, _bleu, _speed) in _MSC_T2.items():
     for _dir, _ds in _MSC_DIRS.items():
         _name = _msc_name(_dir, _MSC_T2_NAMES[_row])
         _notes = ["Table 2 row 5 is not reported (overfits); the command exists to show it"] if _row == 5 else []
         if _l2:
             _notes.append("L2 1e-5 on the encoder weight matrices as a loss term (criterion collapse_reducing with "
                           "DDR/ALD off); the paper does not say which weights, we exclude biases, norms, embeddings")
-        _single(_name, MSC, _ds, _arch, msc_iwslt_recipe(_deep), IWSLT_EVAL,
+        _single(_name, MSC, _ds, _a, msc_iwslt_recipe(_deep), IWSLT_EVAL,
                 f"MSC Table 2 row {_row}: {_label} ({_ds})",
                 criterion=CR if _l2 else "label_smoothed_cross_entropy", criterion_flags=L2 if _l2 else (),
                 notes=_notes)
-        paper = {"bleu": _bleu[_dir], "params_m": _params}
+        paper = {"bleu": _bleu[_dir], "params_m": paper_params(_a)}
         if _speed and _dir == "ende":
             paper.update(train_hours=_speed[0], tokens_per_s=_speed[1])
         _msc_t2_rows.append(Row(f"{_row}. {_label} — {_ds}", _name, paper,
@@ -177,16 +206,16 @@ TABLES.append(Table("msc-t2", MSC, "Table 2: IWSLT14 En↔De, IWSLT17 En→Fr (t
                     tuple(_msc_t2_rows)))
 
 # Table 3: existing methods on the same backbone (IWSLT14 En->De)
-_single("msc-iwslt14-ende-bapna-36L", MSC, "iwslt14-en-de", "transparent_iwslt_36l", msc_iwslt_recipe(True), IWSLT_EVAL,
+_single("msc-iwslt14-ende-bapna-36L", MSC, "iwslt14-en-de", _arch("transparent_iwslt", 36), msc_iwslt_recipe(True), IWSLT_EVAL,
         "MSC Table 3: Bapna et al. (2018) transparent attention, 36 layers")
-_single("msc-iwslt14-ende-wang-36L", MSC, "iwslt14-en-de", "prenorm_iwslt_36l", msc_iwslt_recipe(True), IWSLT_EVAL,
+_single("msc-iwslt14-ende-wang-36L", MSC, "iwslt14-en-de", _arch("prenorm_iwslt", 36), msc_iwslt_recipe(True), IWSLT_EVAL,
         "MSC Table 3: Wang et al. (2019a), 36 layers",
         notes=("approximation: Wang et al. (2019a) is pre-norm + dynamic linear combination of layers (DLCL); "
                "the plugin has the pre-norm deep Transformer only (no DLCL)",))
-_single("msc-iwslt14-ende-bapna-72L-l2", MSC, "iwslt14-en-de", "transparent_iwslt_72l", msc_iwslt_recipe(True),
+_single("msc-iwslt14-ende-bapna-72L-l2", MSC, "iwslt14-en-de", _arch("transparent_iwslt", 72), msc_iwslt_recipe(True),
         IWSLT_EVAL, "MSC Table 3: Bapna et al. (2018), 72 layers", criterion=CR, criterion_flags=L2,
         notes=("'same model settings' as MSC-72 (Sec. 4.2): we keep its L2 1e-5 (our reading)",))
-_single("msc-iwslt14-ende-wang-72L-l2", MSC, "iwslt14-en-de", "prenorm_iwslt_72l", msc_iwslt_recipe(True),
+_single("msc-iwslt14-ende-wang-72L-l2", MSC, "iwslt14-en-de", _arch("prenorm_iwslt", 72), msc_iwslt_recipe(True),
         IWSLT_EVAL, "MSC Table 3: Wang et al. (2019a), 72 layers", criterion=CR, criterion_flags=L2,
         notes=("'same model settings' as MSC-72 (Sec. 4.2): we keep its L2 1e-5 (our reading)",
                "approximation: pre-norm deep Transformer without DLCL"))
@@ -202,18 +231,18 @@ TABLES.append(Table("msc-t3", MSC, "Table 3: existing deep methods on the same b
 )))
 
 # Table 4: WMT14 En->De
-_MSC_T4 = [
-    ("TRANSFORMER (base)", "msc-wmt14-ende-transformer-base", "prenorm_wmt_base_6l", False, 63, 27.44),
-    ("MSC, 6 layers (base)", "msc-wmt14-ende-base-6L", "msc_wmt_base_6l", False, 73, 27.68),
-    ("MSC, 36 layers (base)", "msc-wmt14-ende-base-36L", "msc_wmt_base_36l", False, 215, 29.71),
-    ("MSC, 48 layers (base)", "msc-wmt14-ende-base-48L", "msc_wmt_base_48l", False, 272, 30.19),
-    ("TRANSFORMER (big)", "msc-wmt14-ende-transformer-big", "prenorm_wmt_big_6l", True, 211, 28.86),
-    ("MSC, 6 layers (big)", "msc-wmt14-ende-big-6L", "msc_wmt_big_6l", True, 286, 29.17),
-    ("MSC, 18 layers (big)", "msc-wmt14-ende-big-18L", "msc_wmt_big_18l", True, 512, 30.56),
+_MSC_T4 = [  # label, experiment, arch, big, BLEU; params: the arch's
+    ("TRANSFORMER (base)", "msc-wmt14-ende-transformer-base", "prenorm_wmt_base_6l", False, 27.44),
+    ("MSC, 6 layers (base)", "msc-wmt14-ende-base-6L", _arch("msc_wmt", "base", 6), False, 27.68),
+    ("MSC, 36 layers (base)", "msc-wmt14-ende-base-36L", _arch("msc_wmt", "base", 36), False, 29.71),
+    ("MSC, 48 layers (base)", "msc-wmt14-ende-base-48L", _arch("msc_wmt", "base", 48), False, 30.19),
+    ("TRANSFORMER (big)", "msc-wmt14-ende-transformer-big", "prenorm_wmt_big_6l", True, 28.86),
+    ("MSC, 6 layers (big)", "msc-wmt14-ende-big-6L", _arch("msc_wmt", "big", 6), True, 29.17),
+    ("MSC, 18 layers (big)", "msc-wmt14-ende-big-18L", _arch("msc_wmt", "big", 18), True, 30.56),
 ]
 _t4_rows = [
     Row("Vaswani et al. (2017)", None, {"bleu": 28.4, "params_m": 213}, "cited; see dd-wmt14-ende-big-6-6 for a big baseline"),
-    Row("Bapna et al. (2018)", "transparent-wmt14-ende-16L", {"bleu": 28.0, "params_m": 137},
+    Row("Bapna et al. (2018)", "transparent-wmt14-ende-16L", {"bleu": 28.0, "params_m": paper_params(_arch("transparent_wmt_base", 16))},
         "cited; the transparent-attention reproduction (Bapna Table 1, 16 layers) is the closest run"),
     Row("Dou et al. (2018)", None, {"bleu": 29.2, "params_m": 356}, "cited; not implemented in this plugin"),
     Row("He et al. (2018)", None, {"bleu": 29.0, "params_m": "210 (est.)"}, "cited; not implemented"),
@@ -221,26 +250,26 @@ _t4_rows = [
     Row("Zhang et al. (2019a)", None, {"bleu": 29.62, "params_m": 560}, "cited; not implemented"),
     Row("Wu et al. (2019)", None, {"bleu": 29.9, "params_m": "268 (est.)"}, "cited; not implemented"),
 ]
-for _label, _name, _arch, _big, _params, _bleu in _MSC_T4:
-    _single(_name, MSC, "wmt14-en-de", _arch, MSC_WMT_BIG if _big else MSC_WMT_BASE,
+for _label, _name, _a, _big, _bleu in _MSC_T4:
+    _single(_name, MSC, "wmt14-en-de", _a, MSC_WMT_BIG if _big else MSC_WMT_BASE,
             MSC_WMT_EVAL_BIG if _big else MSC_WMT_EVAL_BASE, f"MSC Table 4: {_label}",
             notes=("encoders: 18 = 6x3, 36 = 6x6, 48 = 6x8 layers (Sec. 4.2)",))
-    _t4_rows.append(Row(_label, _name, {"bleu": _bleu, "params_m": _params}))
+    _t4_rows.append(Row(_label, _name, {"bleu": _bleu, "params_m": paper_params(_a)}))
 TABLES.append(Table("msc-t4", MSC, "Table 4: WMT14 En→De (tokenized case-sensitive BLEU)", tuple(_t4_rows)))
 
 # Table 5: ablations (IWSLT14 En->De, 72 layers with L2)
 _MSC_T5 = [
-    ("- feature fusion with addition", "msc-iwslt14-ende-72L-l2-add", "msc_iwslt_72l", ("--msc-fusion", "add"), True, 29.45),
-    ("- implement Q (Eq. 9) as FFN", "msc-iwslt14-ende-72L-l2-ffncell", "msc_iwslt_72l", ("--msc-context-cell", "ffn"), True, 29.17),
-    ("- remove CXT-ENC attention", "msc-iwslt14-ende-72L-l2-nocxtenc", "msc_iwslt_72l", ("--msc-no-encoder-context",), True, 28.99),
-    ("- remove contextual collaboration", "msc-iwslt14-ende-72L-l2-nocontext", "msc_iwslt_72l", ("--msc-context-cell", "none"), True, 28.94),
-    ("MSC, 18 layers (emb 512, ffn 1024)", "msc-iwslt14-ende-wide-18L", "msc_iwslt_wide_18l", (), False, 29.08),
-    ("MSC, 36 layers (emb 512, ffn 1024)", "msc-iwslt14-ende-wide-36L", "msc_iwslt_wide_36l", (), False, 29.41),
+    ("- feature fusion with addition", "msc-iwslt14-ende-72L-l2-add", _arch("msc_iwslt", 72), ("--msc-fusion", "add"), True, 29.45),
+    ("- implement Q (Eq. 9) as FFN", "msc-iwslt14-ende-72L-l2-ffncell", _arch("msc_iwslt", 72), ("--msc-context-cell", "ffn"), True, 29.17),
+    ("- remove CXT-ENC attention", "msc-iwslt14-ende-72L-l2-nocxtenc", _arch("msc_iwslt", 72), ("--msc-no-encoder-context",), True, 28.99),
+    ("- remove contextual collaboration", "msc-iwslt14-ende-72L-l2-nocontext", _arch("msc_iwslt", 72), ("--msc-context-cell", "none"), True, 28.94),
+    ("MSC, 18 layers (emb 512, ffn 1024)", "msc-iwslt14-ende-wide-18L", _arch("msc_iwslt_wide", 18), (), False, 29.08),
+    ("MSC, 36 layers (emb 512, ffn 1024)", "msc-iwslt14-ende-wide-36L", _arch("msc_iwslt_wide", 36), (), False, 29.41),
 ]
 _t5_rows = [Row("MSC, 72 layers", "msc-iwslt14-ende-72L-l2", {"bleu": 29.67})]
-for _label, _name, _arch, _flags, _l2, _bleu in _MSC_T5:
+for _label, _name, _a, _flags, _l2, _bleu in _MSC_T5:
     _wide = "wide" in _name
-    _single(_name, MSC, "iwslt14-en-de", _arch, msc_iwslt_recipe(True, 512 if _wide else 256), IWSLT_EVAL,
+    _single(_name, MSC, "iwslt14-en-de", _a, msc_iwslt_recipe(True, 512 if _wide else 256), IWSLT_EVAL,
             f"MSC Table 5: {_label}", model_flags=_flags, criterion=CR if _l2 else "label_smoothed_cross_entropy",
             criterion_flags=L2 if _l2 else (),
             notes=(("each ablation changes one component of the 72-layer L2 model (row 6); the paper's "
@@ -251,7 +280,7 @@ TABLES.append(Table("msc-t5", MSC, "Table 5: ablation study, IWSLT14 En→De", t
 
 # Fig. 2: degradation of plain (post-norm) stacks
 for _n in (36, 72):
-    _single(f"msc-iwslt14-ende-plain-postnorm-{_n}L", MSC, "iwslt14-en-de", f"postnorm_iwslt_{_n}l",
+    _single(f"msc-iwslt14-ende-plain-postnorm-{_n}L", MSC, "iwslt14-en-de", _arch("postnorm_iwslt", _n),
             msc_iwslt_recipe(True), IWSLT_EVAL, f"MSC Fig. 2: plain {_n}-layer stack (degradation)",
             notes=("Fig. 2 plots training/validation BLEU on 3K training pairs; evaluate.sh scores the test set",))
 TABLES.append(Table("msc-fig2", MSC, "Figure 2: plain vs MSC nets (degradation), IWSLT14 En→De", (
@@ -299,26 +328,26 @@ for _pair, _ds, _tab, _vals in (
                   "(validation only picks checkpoint_best, which is not used)" if _ds == "wmt14-en-de" else
                   "WMT15 Cs->En, shared 32k subwords, valid newstest2013, test newstest2015 (Sec. 2.1)")
     for _i, _n in enumerate((6, 12, 16, 20)):
-        _params = {6: 94, 12: 120, 16: 137, 20: 154}[_n]
-        _b = _single(f"transparent-{_pair}-baseline-{_n}L", BAPNA, _ds, f"postnorm_wmt_base_{_n}l", BAPNA_BASE,
+        _a = _arch("postnorm_wmt_base", _n)
+        _b = _single(f"transparent-{_pair}-baseline-{_n}L", BAPNA, _ds, _a, BAPNA_BASE,
                      BAPNA_EVAL, f"Bapna Table {_tab[-1]}: Transformer base baseline, {_n} encoder layers",
                      notes=(_data_note, "baseline = post-norm Transformer (the deep ones 'fail to train')"))
-        _rows.append(Row(f"Baseline, {_n} encoder layers", _b, {"bleu": _vals["base"][_i], "params_m": _params}))
+        _rows.append(Row(f"Baseline, {_n} encoder layers", _b, {"bleu": _vals["base"][_i], "params_m": paper_params(_a)}))
     for _i, _n in enumerate((6, 12, 16, 20)):
-        _nr = _single(f"transparent-{_pair}-baseline-nores-{_n}L", BAPNA, _ds, f"postnorm_wmt_base_{_n}l", BAPNA_BASE,
+        _nr = _single(f"transparent-{_pair}-baseline-nores-{_n}L", BAPNA, _ds, _arch("postnorm_wmt_base", _n), BAPNA_BASE,
                       BAPNA_EVAL, f"Bapna Table {_tab[-1]}: baseline without encoder residuals, {_n} encoder layers",
                       model_flags=("--no-encoder-residual",),
                       notes=(_data_note, "--no-encoder-residual removes the encoder layers' residual connections"))
         _rows.append(Row(f"Baseline - residuals, {_n} encoder layers", _nr, {"bleu": _vals["nores"][_i]}))
     for _i, _n in enumerate((6, 12, 16, 20)):
-        _params = {6: 94, 12: 120, 16: 137, 20: 154}[_n]
-        _t = _single(f"transparent-{_pair}-{_n}L", BAPNA, _ds, f"transparent_wmt_base_{_n}l", BAPNA_BASE, BAPNA_EVAL,
+        _a = _arch("transparent_wmt_base", _n)
+        _t = _single(f"transparent-{_pair}-{_n}L", BAPNA, _ds, _a, BAPNA_BASE, BAPNA_EVAL,
                      f"Bapna Table {_tab[-1]}: transparent attention, {_n} encoder layers",
                      notes=(_data_note, "transparent_dropout 0.1 on W (the paper gives no value)"))
-        _rows.append(Row(f"Transparent, {_n} encoder layers", _t, {"bleu": _vals["tr"][_i], "params_m": _params}))
+        _rows.append(Row(f"Transparent, {_n} encoder layers", _t, {"bleu": _vals["tr"][_i], "params_m": paper_params(_a)}))
     _big = _single(f"transparent-{_pair}-baseline-big-6L", BAPNA, _ds, "postnorm_wmt_big_6l", BAPNA_BIG, BAPNA_EVAL,
                    f"Bapna Table {_tab[-1]}: Transformer Big baseline, 6 layers", notes=(_data_note,))
-    _rows.append(Row("Baseline (Big), 6 encoder layers", _big, {"bleu": _vals["big"], "params_m": 375}))
+    _rows.append(Row("Baseline (Big), 6 encoder layers", _big, {"bleu": _vals["big"], "params_m": exp_params(_big)}))
     TABLES.append(Table(_tab, BAPNA, f"Table {_tab[-1]}: {'WMT14 En→De newstest2014' if _ds == 'wmt14-en-de' else 'WMT15 Cs→En newstest2015'} "
                         "(tokenized true-case BLEU; '*' = failed to train)", tuple(_rows),
                         note="The paper's parameter counts (94M for 6 layers) imply separate, larger vocabularies; "
@@ -351,18 +380,20 @@ def dd_eval(pair: str, big: bool) -> EvalSpec:
                            f"and detokenized sacreBLEU (Sec. 4.1); last {avg} checkpoints averaged (Vaswani)"))
 
 
-_DD_T1 = [  # label, size, enc, dec, cad+crt, En-De (params, h, bleu, sacre), En-Fr (params, h, bleu, sacre)
-    ("BASE (Pre-Norm)", "base", 6, 6, False, (63, 4.79, 27.05, 26.0), (65, 27.11, 41.00, 39.2)),
-    ("DeepE", "base", 24, 6, False, (118, 8.66, 28.95, 27.8), (119, 48.43, 42.40, 40.6)),
-    ("DeepE", "base", 48, 6, False, (194, 16.38, 29.44, 28.3), (195, 90.85, 42.75, 41.0)),
-    ("DEEP", "base", 15, 15, False, (123, 9.82, 0.55, 0.2), (124, 49.96, 0.93, 0.3)),
-    ("DEEP+CAD+CRT", "base", 15, 15, True, (123, 10.52, 29.09, 28.1), (124, 50.13, 42.86, 41.0)),
-    ("DEEP", "base", 27, 27, False, (199, 16.56, 0.31, 0.1), (200, 78.82, 0.65, 0.1)),
-    ("DEEP+CAD+CRT", "base", 27, 27, True, (199, 17.92, 30.31, 28.8), (200, 79.96, 43.57, 41.6)),
+# label, size, enc, dec, cad+crt, En-De (params, h, bleu, sacre), En-Fr (params, h, bleu, sacre);
+# En-De params None: the architecture's paper count (PAPER_ROWS); numbers: OWN_PARAM_COUNTS says why
+_DD_T1 = [
+    ("BASE (Pre-Norm)", "base", 6, 6, False, (None, 4.79, 27.05, 26.0), (65, 27.11, 41.00, 39.2)),
+    ("DeepE", "base", 24, 6, False, (None, 8.66, 28.95, 27.8), (119, 48.43, 42.40, 40.6)),
+    ("DeepE", "base", 48, 6, False, (None, 16.38, 29.44, 28.3), (195, 90.85, 42.75, 41.0)),
+    ("DEEP", "base", 15, 15, False, (None, 9.82, 0.55, 0.2), (124, 49.96, 0.93, 0.3)),
+    ("DEEP+CAD+CRT", "base", 15, 15, True, (None, 10.52, 29.09, 28.1), (124, 50.13, 42.86, 41.0)),
+    ("DEEP", "base", 27, 27, False, (None, 16.56, 0.31, 0.1), (200, 78.82, 0.65, 0.1)),
+    ("DEEP+CAD+CRT", "base", 27, 27, True, (None, 17.92, 30.31, 28.8), (200, 79.96, 43.57, 41.6)),
     ("BIG (Pre-Norm)", "big", 6, 6, False, (210, 36.05, 28.79, 27.7), (212, 97.51, 42.40, 40.6)),
-    ("DeepE", "big", 24, 6, False, (437, 42.41, 29.90, 28.7), (439, 102.14, 43.11, 40.9)),
-    ("DEEP", "big", 15, 15, False, (448, 45.32, 0.40, 0.2), (449, 108.02, 0.71, 0.2)),
-    ("DEEP+CAD+CRT", "big", 15, 15, True, (448, 46.52, 30.69, 29.0), (449, 110.5, 43.95, 41.9)),
+    ("DeepE", "big", 24, 6, False, (None, 42.41, 29.90, 28.7), (439, 102.14, 43.11, 40.9)),
+    ("DEEP", "big", 15, 15, False, (None, 45.32, 0.40, 0.2), (449, 108.02, 0.71, 0.2)),
+    ("DEEP+CAD+CRT", "big", 15, 15, True, (None, 46.52, 30.69, 29.0), (449, 110.5, 43.95, 41.9)),
 ]
 _CAD_NOTE = ("CAD: drop depth round(21/27 * L_dec), ratio 0.5 (named architecture's cad_defaults: Fig. 2 peaks at "
              "depth 21 of 27; Sec. 4.3 prefers a ratio below 1 at large depths); the exact values are not in the text")
@@ -374,10 +405,10 @@ def dd_name(pair: str, size: str, enc: int, dec: int, suffix: str = "") -> str:
     return f"dd-wmt14-{pair}-{size}-{enc}-{dec}" + (f"-{suffix}" if suffix else "")
 
 
-def _dd_arch(size, enc, dec, cad):
+def _dd_arch(size, enc, dec, cad=False):
     if (enc, dec) == (6, 6):
         return "prenorm_wmt_base_6l" if size == "base" else "prenorm_wmt_big_6l"
-    return f"dd_{size}_{enc}_{dec}" + ("_cad" if cad else "")
+    return _arch("dd", size, enc, dec, cad)
 
 
 _dd_rows = {"ende": [], "enfr": []}
@@ -394,22 +425,24 @@ for _pair, _ds in (("ende", "wmt14-en-de-dd"), ("enfr", "wmt14-en-fr")):
         if _cad:
             _notes += [_CAD_NOTE, _CRT_NOTE]
         _name = dd_name(_pair, _size, _enc, _dec, "cad-crt" if _cad else "")
-        _single(_name, DD, _ds, _dd_arch(_size, _enc, _dec, _cad), _r, dd_eval(_pair, _size == "big"),
+        _a = _dd_arch(_size, _enc, _dec, _cad)
+        _single(_name, DD, _ds, _a, _r, dd_eval(_pair, _size == "big"),
                 f"Deep-decoder Table 1: {_label} {_size} {_enc}-{_dec} ({_pair})", model_flags=_flags,
                 criterion=CR if _cad else "label_smoothed_cross_entropy", criterion_flags=CRT if _cad else (),
                 notes=_notes)
         _p, _h, _b, _s = _de if _pair == "ende" else _fr
+        _p = paper_params(_a) if _p is None else _p
         _dd_rows[_pair].append(Row(f"{_label} ({_size.upper()}) {_enc}-{_dec}", _name,
                                    {"bleu": _b, "sacrebleu": _s, "params_m": _p, "train_hours": _h}))
 
-_DD_CITED = [  # label, En-De (params, bleu, sacre), En-Fr, experiment to compare with
+_DD_CITED = [  # label, En-De (params, bleu, sacre), En-Fr, experiment to compare with (params None: its arch's)
     ("(Vaswani et al., 2017) (BIG) 6-6", (213, 28.40, None), (222, 41.00, None), None),
     ("(Shaw et al., 2018) (BIG) 6-6", (210, 29.20, None), (222, 41.30, None), None),
     ("(Ott et al., 2018) (BIG) 6-6", (210, 29.30, 28.6), (222, 43.20, 41.4), None),
     ("(Wu et al., 2019) (BIG) 8-8", (270, 29.92, None), (281, 43.27, None), None),
     ("(Wang et al., 2019) (BIG, DEEPE) 30-6", (137, 29.30, None), None, None),
-    ("(Wei et al., 2020) (BASE, DEEPE) 48-6", (272, 30.19, None), None, "msc-wmt14-ende-base-48L"),
-    ("(Wei et al., 2020) (BIG, DEEPE) 18-6", (512, 30.56, None), None, "msc-wmt14-ende-big-18L"),
+    ("(Wei et al., 2020) (BASE, DEEPE) 48-6", (None, 30.19, None), None, "msc-wmt14-ende-base-48L"),
+    ("(Wei et al., 2020) (BIG, DEEPE) 18-6", (None, 30.56, None), None, "msc-wmt14-ende-big-18L"),
     ("(Li et al., 2020) (BASE, DEEPE) 24-6", (118, 29.02, 27.9), (124, 42.42, 40.6), None),
     ("(Li et al., 2020) (BASE, DEEPE) 48-6", (194, 29.60, 28.5), (199, 42.82, 41.0), None),
     ("(Li et al., 2020) (BIG, DEEPE) 24-6", (437, 29.93, 28.7), None, None),
@@ -420,7 +453,7 @@ for _pair in ("ende", "enfr"):
         _v = _de if _pair == "ende" else _fr
         if _v is None:
             continue
-        _paper = {"bleu": _v[1], "params_m": _v[0]}
+        _paper = {"bleu": _v[1], "params_m": exp_params(_exp) if _v[0] is None else _v[0]}
         if _v[2] is not None:
             _paper["sacrebleu"] = _v[2]
         _cited.append(Row(_label, _exp, _paper,
@@ -430,7 +463,7 @@ for _pair in ("ende", "enfr"):
                         tuple(_cited + _dd_rows[_pair])))
 
 # Table 2: balance of encoder and decoder depth (30 layers in all)
-_single(dd_name("ende", "base", 6, 24, "cad-crt"), DD, "wmt14-en-de-dd", "dd_base_6_24_cad", DD_BASE,
+_single(dd_name("ende", "base", 6, 24, "cad-crt"), DD, "wmt14-en-de-dd", _dd_arch("base", 6, 24, True), DD_BASE,
         dd_eval("ende", False), "Deep-decoder Table 2: 6-24 with CAD+CRT", criterion=CR, criterion_flags=CRT,
         notes=(_CAD_NOTE, _CRT_NOTE))
 TABLES.append(Table("dd-t2", DD, "Table 2: encoder/decoder depth with 30 layers in all, WMT14 En→De", (
@@ -455,7 +488,7 @@ _DD_T3 = [
 _t3 = [Row("BASE, DEEP-30L", dd_name("ende", "base", 15, 15), {"bleu": 0.55, "sacrebleu": 0.2}, "= Table 1 DEEP 15-15")]
 for _label, _suffix, _cad, _crit, _b, _s, _note in _DD_T3:
     _name = dd_name("ende", "base", 15, 15, _suffix)
-    _single(_name, DD, "wmt14-en-de-dd", "dd_base_15_15_cad" if _cad else "dd_base_15_15", DD_BASE,
+    _single(_name, DD, "wmt14-en-de-dd", _dd_arch("base", 15, 15, _cad), DD_BASE,
             dd_eval("ende", False), f"Deep-decoder Table 3: BASE, DEEP-30L {_label}",
             criterion=CR if _crit else "label_smoothed_cross_entropy", criterion_flags=_crit or (),
             notes=(_note,) + ((_CAD_NOTE,) if _cad else ()))
@@ -472,7 +505,7 @@ for _depth in (3, 6, 9, 12, 15, 18, 21, 24, 27):
         if _depth == 27 and _ratio == 1.0:
             continue  # no decoder layer would ever see the source
         _name = f"dd-fig2-base-27-27-depth{_depth}-ratio{_ratio:g}"
-        _single(_name, DD, "wmt14-en-de-dd", "dd_base_27_27", DD_BASE, dd_eval("ende", False),
+        _single(_name, DD, "wmt14-en-de-dd", _dd_arch("base", 27, 27), DD_BASE, dd_eval("ende", False),
                 f"Deep-decoder Fig. 2: BASE DEEP-54L, CAD drop depth {_depth}, ratio {_ratio:g}, + ALD",
                 model_flags=("--cad-drop-depth", str(_depth), "--cad-drop-ratio", f"{_ratio:g}"),
                 criterion=CR, criterion_flags=ALD_ONLY,
@@ -485,7 +518,7 @@ TABLES.append(Table("dd-fig2", DD, "Figure 2: drop depth x drop ratio, BASE DEEP
 _fig3 = []
 for _p, _tau in [(0.1, 0.1), (0.2, 0.1), (0.3, 0.1), (0.4, 0.1), (0.3, 0.05), (0.3, 0.2), (0.3, 0.5)]:
     _name = f"dd-fig3-base-15-15-pald{_p:g}-tau{_tau:g}"
-    _single(_name, DD, "wmt14-en-de-dd", "dd_base_15_15_cad", DD_BASE, dd_eval("ende", False),
+    _single(_name, DD, "wmt14-en-de-dd", _dd_arch("base", 15, 15, True), DD_BASE, dd_eval("ende", False),
             f"Deep-decoder Fig. 3: BASE DEEP-30L, p_ALD {_p:g}, tau {_tau:g}", criterion=CR,
             criterion_flags=("--ddr-alpha", "1.0", "--ald-alpha", "0.5", "--ald-p", f"{_p:g}", "--ald-tau", f"{_tau:g}"),
             notes=("full CAD+CRT model with p_ALD / tau varied (one at a time around p 0.3, tau 0.1; our grid)",
@@ -495,18 +528,13 @@ TABLES.append(Table("dd-fig3", DD, "Figure 3: ALD sampling threshold p_ALD and t
                     tuple(_fig3), note="Sec. 4.3: BLEU rises with p_ALD then falls; tau 0.05 slightly below 0.1."))
 
 
-def cad_defaults(decoder_layers: int) -> Tuple[int, float]:
-    """Same rule as deepnmt_fairseq.models.architectures.cad_defaults (tested to agree)."""
-    return max(1, round(decoder_layers * 21 / 27)), 0.5
-
-
 _fig4 = []
 for _side in ("enc", "dec"):
     for _n in (1, 3, 6, 9, 12, 18, 21, 24):
         _enc, _dec = (_n, 15) if _side == "enc" else (15, _n)
         _depth, _ratio = cad_defaults(_dec)
         _name = f"dd-fig4-base-{_enc}-{_dec}-cad-crt"
-        _single(_name, DD, "wmt14-en-de-dd", "deepnmt_transformer", DD_BASE, dd_eval("ende", False),
+        _single(_name, DD, "wmt14-en-de-dd", MODEL_NAME, DD_BASE, dd_eval("ende", False),
                 f"Deep-decoder Fig. 4: {_enc} encoder / {_dec} decoder layers, CAD+CRT",
                 model_flags=("--encoder-layers", str(_enc), "--decoder-layers", str(_dec), "--share-all-embeddings",
                              "--cad-drop-depth", str(_depth), "--cad-drop-ratio", f"{_ratio:g}"),
@@ -588,23 +616,23 @@ _t48 = gpkd_teacher("gpkd-wmt14-ende-48L-teacher", "rpr_deep_48_6", GPKD_BASE, 8
                            "teacher whose number (30.03) Table 2 repeats",))
 _t12 = gpkd_teacher("gpkd-wmt14-ende-big-12L-teacher", "rpr_big_12_6", GPKD_BIG, 2, title="GPKD Table 1: Big-RPR-12L teacher (GP h=2)")
 _g = {}
-for _tag, _teacher, _arch, _recipe, _h in (("24L", _t24, "rpr_base_6_6", GPKD_BASE, 4), ("48L", _t48, "rpr_base_6_6", GPKD_BASE, 8),
+for _tag, _teacher, _a, _recipe, _h in (("24L", _t24, "rpr_base_6_6", GPKD_BASE, 4), ("48L", _t48, "rpr_base_6_6", GPKD_BASE, 8),
                                             ("big-12L", _t12, "rpr_big_6_6", GPKD_BIG, 2)):
-    _g[_tag] = (gpkd_skd_student(f"gpkd-wmt14-ende-{_tag}-skd", _teacher, _arch, _recipe, f"GPKD Table 1: {_tag} -> 6-6 +SKD"),
-                gpkd_student(f"gpkd-wmt14-ende-{_tag}-gpkd", _teacher, _arch, _recipe, _h, 1, f"GPKD Table 1: {_tag} -> 6-6 +GPKD"))
+    _g[_tag] = (gpkd_skd_student(f"gpkd-wmt14-ende-{_tag}-skd", _teacher, _a, _recipe, f"GPKD Table 1: {_tag} -> 6-6 +SKD"),
+                gpkd_student(f"gpkd-wmt14-ende-{_tag}-gpkd", _teacher, _a, _recipe, _h, 1, f"GPKD Table 1: {_tag} -> 6-6 +GPKD"))
 TABLES.append(Table("gpkd-t1", GPKD, "Table 1: GPKD on the encoder, WMT En-De (compound-split tokenized BLEU)", (
-    Row("Deep-RPR-24L (24-6)", _t24, {"bleu": 29.39, "params_m": 118}),
-    Row("Base-RPR-6L (6-6)", _base6, {"bleu": 27.60, "params_m": 62}),
-    Row("+SKD (6-6)", _g["24L"][0], {"bleu": 28.50, "params_m": 62}),
-    Row("+GPKD (6-6)", _g["24L"][1], {"bleu": 29.33, "params_m": 62}),
-    Row("Deep-RPR-48L (48-6)", _t48, {"bleu": 30.03, "params_m": 194}),
-    Row("Base-RPR-6L (6-6)", _base6, {"bleu": 27.60, "params_m": 62}),
-    Row("+SKD (6-6)", _g["48L"][0], {"bleu": 29.01, "params_m": 62}),
-    Row("+GPKD (6-6)", _g["48L"][1], {"bleu": 29.68, "params_m": 62}),
-    Row("Big-RPR-12L (12-6)", _t12, {"bleu": 29.91, "params_m": 286}),
-    Row("Big-RPR-6L (6-6)", _big6, {"bleu": 29.21, "params_m": 211}),
-    Row("+SKD (6-6)", _g["big-12L"][0], {"bleu": 29.47, "params_m": 211}),
-    Row("+GPKD (6-6)", _g["big-12L"][1], {"bleu": 29.88, "params_m": 211}),
+    Row("Deep-RPR-24L (24-6)", _t24, {"bleu": 29.39, "params_m": exp_params(_t24)}),
+    Row("Base-RPR-6L (6-6)", _base6, {"bleu": 27.60, "params_m": exp_params(_base6)}),
+    Row("+SKD (6-6)", _g["24L"][0], {"bleu": 28.50, "params_m": exp_params(_g["24L"][0])}),
+    Row("+GPKD (6-6)", _g["24L"][1], {"bleu": 29.33, "params_m": exp_params(_g["24L"][1])}),
+    Row("Deep-RPR-48L (48-6)", _t48, {"bleu": 30.03, "params_m": exp_params(_t48)}),
+    Row("Base-RPR-6L (6-6)", _base6, {"bleu": 27.60, "params_m": exp_params(_base6)}),
+    Row("+SKD (6-6)", _g["48L"][0], {"bleu": 29.01, "params_m": exp_params(_g["48L"][0])}),
+    Row("+GPKD (6-6)", _g["48L"][1], {"bleu": 29.68, "params_m": exp_params(_g["48L"][1])}),
+    Row("Big-RPR-12L (12-6)", _t12, {"bleu": 29.91, "params_m": exp_params(_t12)}),
+    Row("Big-RPR-6L (6-6)", _big6, {"bleu": 29.21, "params_m": exp_params(_big6)}),
+    Row("+SKD (6-6)", _g["big-12L"][0], {"bleu": 29.47, "params_m": exp_params(_g["big-12L"][0])}),
+    Row("+GPKD (6-6)", _g["big-12L"][1], {"bleu": 29.88, "params_m": exp_params(_g["big-12L"][1])}),
     Row("NIST Zh-En, WMT19 Zh-En columns", None, {"bleu": "see paper"},
         "not reproducible here: NIST OpenMT12 (LDC) and the CWMT/UN Zh-En data are not freely available"),
 )))
@@ -676,9 +704,9 @@ TABLES.append(Table("gpkd-t3", GPKD, "Table 3: skipping sub-layer, WMT En-De (BL
     Row("Wu et al. (2019b)", None, {"bleu": 29.92, "params_m": 270}, "cited"),
     Row("Ott et al. (2018)", None, {"bleu": 29.30, "sacrebleu": 28.3, "params_m": 210}, "cited"),
     Row("Wang et al. (2019)", None, {"bleu": 29.30, "params_m": 137}, "cited; DLCL not implemented"),
-    Row("Base-RPR", _base6, {"bleu": 27.60, "sacrebleu": 26.5, "params_m": 62, "train_hours": 5.02}),
-    Row("Deep-RPR-48L", _t48, {"bleu": 30.03, "sacrebleu": 28.8, "params_m": 194, "train_hours": 16.87}),
-    Row("+ Skipping Sub-Layer", _ssl, {"bleu": 30.49, "sacrebleu": 29.4, "params_m": 194, "train_hours": 15.41},
+    Row("Base-RPR", _base6, {"bleu": 27.60, "sacrebleu": 26.5, "params_m": exp_params(_base6), "train_hours": 5.02}),
+    Row("Deep-RPR-48L", _t48, {"bleu": 30.03, "sacrebleu": 28.8, "params_m": exp_params(_t48), "train_hours": 16.87}),
+    Row("+ Skipping Sub-Layer", _ssl, {"bleu": 30.49, "sacrebleu": 29.4, "params_m": exp_params(_ssl), "train_hours": 15.41},
         "30.49 is the paper's beam-4 score (30.63 with beam 8: evaluate.sh NAME --beam 8)"),
     Row("NIST / WMT Zh-En columns", None, {"bleu": "see paper"}, "data not freely available"),
 )))
@@ -708,14 +736,14 @@ _tss = gpkd_teacher("gpkd-wmt14-ende-48L-ssl-gp-teacher", "rpr_deep_48_6", GPKD_
 _t6 = [
     Row("Fan, Grave, and Joulin (2020) 12-6", None, {"bleu": 30.20, "params_m": 286, "tokens_per_s": 2534}, "cited"),
     Row("Wu et al. (2019b) 8-8", None, {"bleu": 29.92, "params_m": 270, "tokens_per_s": 2044}, "cited"),
-    Row("Wei et al. (2020) 18-6", "msc-wmt14-ende-big-18L", {"bleu": 30.56, "params_m": 512}, "cited; our MSC reproduction"),
-    Row("Skipping Sub-Layer + GP 48-6", _tss, {"bleu": 30.59, "params_m": 194, "tokens_per_s": 3092}),
+    Row("Wei et al. (2020) 18-6", "msc-wmt14-ende-big-18L", {"bleu": 30.56, "params_m": exp_params("msc-wmt14-ende-big-18L")}, "cited; our MSC reproduction"),
+    Row("Skipping Sub-Layer + GP 48-6", _tss, {"bleu": 30.59, "params_m": exp_params(_tss), "tokens_per_s": 3092}),
 ]
-for _label, _arch, _eh, _dh, _params, _bleu, _speed in (
-        ("GPKD 24-3", "gpkd_student_24_3", 2, 2, 106, 30.40, 5237), ("GPKD 24-1", "gpkd_student_24_1", 2, 6, 97, 30.05, 8116),
-        ("GPKD 6-6", "rpr_base_6_6", 8, 1, 62, 30.16, 3817), ("GPKD 6-3", "gpkd_student_6_3", 8, 2, 48, 29.71, 5460)):
-    _n = gpkd_student(f"gpkd-wmt14-ende-{_label.split()[1]}", _tss, _arch, GPKD_BASE, _eh, _dh, f"GPKD Table 6: {_label}")
-    _t6.append(Row(_label, _n, {"bleu": _bleu, "params_m": _params, "tokens_per_s": _speed}))
+for _label, _a, _eh, _dh, _bleu, _speed in (
+        ("GPKD 24-3", "gpkd_student_24_3", 2, 2, 30.40, 5237), ("GPKD 24-1", "gpkd_student_24_1", 2, 6, 30.05, 8116),
+        ("GPKD 6-6", "rpr_base_6_6", 8, 1, 30.16, 3817), ("GPKD 6-3", "gpkd_student_6_3", 8, 2, 29.71, 5460)):
+    _n = gpkd_student(f"gpkd-wmt14-ende-{_label.split()[1]}", _tss, _a, GPKD_BASE, _eh, _dh, f"GPKD Table 6: {_label}")
+    _t6.append(Row(_label, _n, {"bleu": _bleu, "params_m": paper_params(_a), "tokens_per_s": _speed}))
 
 # Progressive compression 48 -> 24 -> 12 -> 6 with h = 2 (Sec. "Student Training")
 _skd_ref = Ref(_tss, "skd", "skd")
@@ -763,12 +791,3 @@ check_registry()
 def rows_of(name: str) -> List[Tuple[Table, Row]]:
     return [(t, r) for t in TABLES for r in t.rows if r.experiment == name]
 
-
-def main(argv: Optional[List[str]] = None) -> int:
-    from repro.cli import main as cli_main
-
-    return cli_main(argv, EXPERIMENTS, TABLES)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,9 +2,10 @@
 
 Paths (all overridable):
 
-* data: ``$DEEPNMT_DATA/<dataset>/bin`` (default ``<repo>/work/data``), ``--data DIR`` replaces
-  the ``bin`` directory of the experiment's own dataset;
-* checkpoints: ``$DEEPNMT_CHECKPOINTS/<experiment>`` (default ``<repo>/work/checkpoints``),
+* data: ``$DEEPNMT_DATA/<dataset>/bin`` (default ``work/data`` under the current directory;
+  scripts/train.sh and scripts/evaluate.sh default to ``<repo>/work/data``), ``--data DIR``
+  replaces the ``bin`` directory of the experiment's own dataset;
+* checkpoints: ``$DEEPNMT_CHECKPOINTS/<experiment>`` (default ``work/checkpoints``, the same way),
   ``--save-dir DIR`` replaces it for the experiment being run; a multi-stage experiment
   keeps stage ``S`` in ``<save-dir>/S``; references to *other* experiments (a GPKD teacher)
   resolve under the checkpoint root (``--checkpoint-root`` or ``$DEEPNMT_CHECKPOINTS``).
@@ -12,7 +13,7 @@ Paths (all overridable):
 Batch size: the paper's tokens per update T are kept on any number of GPUs W with
 ``--update-freq = ceil(T / (max_tokens * W))`` (and ``--max-tokens`` lowered to
 ``ceil(T / (W * update_freq))`` when W * max_tokens alone exceeds T), see
-:func:`repro.spec.batch_plan`.
+:func:`deepnmt_fairseq.repro.spec.batch_plan`.
 
 DDP backend (:func:`ddp_backend`): ``legacy_ddp`` (fairseq's ``no_c10d``: gradients are
 all-reduced explicitly after the backward pass) for
@@ -27,6 +28,11 @@ all-reduced explicitly after the backward pass) for
 
 Everything else keeps fairseq's default ``c10d`` (overlaps the all-reduce with the backward
 pass: faster for plain deep models).
+
+Several processes (torchrun / Slurm ranks): every rank walks the same steps; training steps
+run on all ranks, the others (averaging, SKD data, student extraction) on rank 0 while the
+other ranks wait for its done marker.  A non-zero rank waits for rank 0's marker of any
+input produced by this run before it checks its inputs (:func:`run_steps`).
 """
 
 from __future__ import annotations
@@ -42,11 +48,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from .. import USER_DIR as _USER_DIR
+from ..models.architectures import ARCHS, cad_defaults
 from .spec import Experiment, ExtractStage, Recipe, Ref, SkdStage, TrainStage, batch_plan
 
-REPO = Path(__file__).resolve().parents[2]
-USER_DIR = REPO / "deepnmt_fairseq"
+# --user-dir of every fairseq command: the imported (installed) package itself
+USER_DIR = Path(_USER_DIR)
 REFERENCE_GPUS = 8  # the papers' machines; used for configs/*.yaml
+WAIT_POLL = 30.0  # seconds between looks at rank 0's done markers
+
+
+def default_work_dir() -> Path:
+    """``work/`` under the current directory: where data and checkpoints go unless
+    ``$DEEPNMT_DATA`` / ``$DEEPNMT_CHECKPOINTS`` or flags say otherwise."""
+    return Path.cwd() / "work"
 
 
 def log(msg: str) -> None:
@@ -73,8 +88,8 @@ class Paths:
     @classmethod
     def from_env(cls, data_root=None, checkpoint_root=None, save_dir=None, data=None, env=None) -> "Paths":
         env = os.environ if env is None else env
-        dr = Path(data_root or env.get("DEEPNMT_DATA") or REPO / "work" / "data")
-        cr = Path(checkpoint_root or env.get("DEEPNMT_CHECKPOINTS") or REPO / "work" / "checkpoints")
+        dr = Path(data_root or env.get("DEEPNMT_DATA") or default_work_dir() / "data")
+        cr = Path(checkpoint_root or env.get("DEEPNMT_CHECKPOINTS") or default_work_dir() / "checkpoints")
         return cls(dr.absolute(), cr.absolute(), Path(save_dir).absolute() if save_dir else None,
                    Path(data).absolute() if data else None)
 
@@ -240,6 +255,14 @@ class Step:
         return " ".join(shlex.quote(a) for a in self.argv)
 
 
+def named_cad_ratio(arch: str) -> float:
+    """CAD drop ratio a named architecture sets by default (its ``cad_defaults``), 0 without CAD."""
+    for key, name in ARCHS.items():
+        if name == arch and key[0] == "dd" and key[-1]:
+            return cad_defaults(key[3])[1]
+    return 0.0
+
+
 def ddp_backend(stage: TrainStage) -> str:
     """``legacy_ddp`` for the multi-pass criterion and stochastic structure, else ``c10d`` (module doc)."""
     flags = list(stage.model_flags)
@@ -259,7 +282,9 @@ def ddp_backend(stage: TrainStage) -> str:
     if val("--gp-group-size", 1) > 1 or val("--gp-decoder-group-size", 1) > 1:
         return "legacy_ddp"
     ratio = val("--cad-drop-ratio", -1.0)
-    if 0 < ratio < 1 or (ratio < 0 and stage.arch.endswith("_cad")):  # named _cad archs use ratio 0.5
+    if ratio < 0:  # no flag: the named architecture's default
+        ratio = named_cad_ratio(stage.arch)
+    if 0 < ratio < 1:
         return "legacy_ddp"
     return "c10d"
 
@@ -457,7 +482,8 @@ def _tee(argv: List[str], logfile: Optional[Path]) -> int:
             fh.close()
 
 
-def _wait_for(marker: Path, what: str, poll: float = 30.0) -> None:
+def _wait_for(marker: Path, what: str, poll: Optional[float] = None) -> None:
+    poll = WAIT_POLL if poll is None else poll
     start = time.time()
     while not marker.exists():
         log(f"waiting for rank 0: {what} ({marker}); {time.time() - start:.0f} s")
@@ -494,6 +520,9 @@ def run_steps(steps: Sequence[Step], launch: Launch, dry_run: bool = False) -> i
                       f"(effective {b['effective_tokens_per_update']})")
             print(s.shell())
         return 0
+    # markers written by rank 0 in this run (train .done, averaged model, SKD data, student):
+    # a non-zero rank may get to a step before rank 0 has written them
+    produced = {s.done: s for s in steps}
     for s in steps:
         if s.kind == "average" and launch.is_rank0 and stale_average(s.out, s.out.parent):
             old = set_aside(s.out)
@@ -502,13 +531,18 @@ def run_steps(steps: Sequence[Step], launch: Launch, dry_run: bool = False) -> i
             log(f"{s.stage}/{s.kind}: done earlier ({s.done}); skipping" +
                 (" - delete that .done file to train further" if s.kind == "train" else ""))
             continue
+        if not launch.is_rank0:
+            if s.rank0_only:  # rank 0 checks the inputs and runs it; here only its result counts
+                _wait_for(s.done, f"{s.stage}/{s.kind}")
+                continue
+            for n in s.needs:  # an input of an earlier step of this run: rank 0 may still be writing it
+                if n in produced and not n.exists():
+                    _wait_for(n, f"{produced[n].stage}/{produced[n].kind} (input of {s.stage})")
         missing = [n for n in s.needs if not n.exists()]
         if missing:
             raise ReproError("missing input(s): " + ", ".join(map(str, missing)) +
-                             " - run the experiment(s) they belong to first (scripts/train.sh NAME)")
-        if s.rank0_only and not launch.is_rank0:
-            _wait_for(s.done, f"{s.stage}/{s.kind}")
-            continue
+                             " - run the experiment(s) they belong to first (deepnmt-repro train NAME, "
+                             "or scripts/train.sh NAME)")
         if s.batch and s.batch["effective_tokens_per_update"] > 1.25 * s.batch["tokens_per_update"]:
             log(f"warning: {s.batch['world_size']} processes x {s.batch['max_tokens']} tokens exceed the paper's "
                 f"{s.batch['tokens_per_update']} tokens per update; use fewer GPUs or --max-tokens")

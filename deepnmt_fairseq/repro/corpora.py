@@ -1,7 +1,8 @@
 """Registry of the corpora used to reproduce the papers' tables (standard library only).
 
-Read by ``scripts/prepare_data.py``; the corpus names are a contract with the training
-scripts (``$DATA_ROOT/<name>/bin`` is what they train on).  Every entry says where the
+Read by ``scripts/prepare_data.py`` and by the experiment registry (``spec.DATASETS``);
+the corpus names are a contract with the training commands (``$DATA_ROOT/<name>/bin`` is
+what they train on).  Every entry says where the
 archives come from, which members are read, and how the text is processed; the papers'
 own sizes are kept next to them so that a finished run can be compared with them.
 

@@ -1,4 +1,18 @@
-"""Command line of scripts/experiments.py (train.sh and evaluate.sh call it)."""
+"""``deepnmt-repro``: the papers' experiments from the registry (scripts/train.sh,
+scripts/evaluate.sh and the Slurm / torchrun templates call it).
+
+    deepnmt-repro list [--table KEY] [--names]      # tables, rows, experiment names
+    deepnmt-repro show NAME                         # settings, notes, commands
+    deepnmt-repro train NAME [--dry-run] [--gpus N] ... [-- fairseq-train flags]
+    deepnmt-repro evaluate NAME [--dry-run] [--checkpoint-dir DIR] ... [-- fairseq-generate flags]
+    deepnmt-repro table [--table KEY] [--checkpoint-root DIR] [--docs | --check-docs]
+    deepnmt-repro write-configs [--config-dir configs]   # configs/*.yaml for fairseq-hydra-train
+    deepnmt-repro check-configs [--config-dir configs]   # exit 1 if configs/ drifted
+
+Also ``python -m deepnmt_fairseq.repro ...``.  Data: ``$DEEPNMT_DATA/<dataset>/bin``,
+checkpoints: ``$DEEPNMT_CHECKPOINTS/NAME`` (both default to ``work/`` under the current
+directory; scripts/train.sh and scripts/evaluate.sh default to ``<repo>/work``).
+"""
 
 from __future__ import annotations
 
@@ -8,16 +22,19 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .commands import REPO, Paths, Planner, ReproError, RunOptions, ddp_backend, make_launch, run_steps
+from .commands import Paths, Planner, ReproError, RunOptions, ddp_backend, make_launch, run_steps
 from .spec import DATASETS, Experiment, Table
+
+PROG = "deepnmt-repro"
 
 TRAIN_HELP = """\
 Train one experiment of the registry: every stage in order (fairseq-train; for GPKD also
 SKD data and student extraction), skipping stages that finished earlier.
 
-  scripts/train.sh NAME [--dry-run] [--gpus N] [--fp16|--bf16] [--save-dir DIR] [--data DIR]
-                   [--stage S ...] [--max-tokens N] [--launcher local|torchrun|slurm]
-                   [-- extra fairseq-train flags]
+  deepnmt-repro train NAME [--dry-run] [--gpus N] [--fp16|--bf16] [--save-dir DIR] [--data DIR]
+                      [--stage S ...] [--max-tokens N] [--launcher local|torchrun|slurm]
+                      [-- extra fairseq-train flags]
+  (scripts/train.sh NAME ... is the same)
 
 Tokens per update are the paper's on any number of GPUs: --update-freq =
 ceil(tokens_per_update / (max_tokens * GPUs)), GPUs from --gpus, CUDA_VISIBLE_DEVICES or
@@ -31,7 +48,8 @@ paper's beam / length penalty, score (tokenized BLEU as multi-bleu.perl, lowerca
 IWSLT, compound-split for En->De, detokenized sacreBLEU with signature, decoding speed)
 and write <save-dir>/results.json.
 
-  scripts/evaluate.sh NAME [--checkpoint-dir DIR] [--dry-run] [-- extra fairseq-generate flags]
+  deepnmt-repro evaluate NAME [--checkpoint-dir DIR] [--dry-run] [-- extra fairseq-generate flags]
+  (scripts/evaluate.sh NAME ... is the same)
 """
 
 
@@ -48,24 +66,24 @@ def _get(registry: Dict[str, Experiment], name: str) -> Experiment:
 
         close = difflib.get_close_matches(name, list(registry), n=5, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ReproError(f"unknown experiment {name!r}{hint} (python scripts/experiments.py list)")
+        raise ReproError(f"unknown experiment {name!r}{hint} ({PROG} list)")
     return registry[name]
 
 
 def _paths_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--save-dir", help="this experiment's directory (default $DEEPNMT_CHECKPOINTS/NAME, "
-                                      "i.e. <repo>/work/checkpoints/NAME); stages of multi-stage experiments "
+                                      "else ./work/checkpoints/NAME); stages of multi-stage experiments "
                                       "go to DIR/STAGE")
     p.add_argument("--data", help="binarized data of the experiment's dataset (default $DEEPNMT_DATA/<dataset>/bin)")
-    p.add_argument("--data-root", help="root of the prepared datasets (default $DEEPNMT_DATA or <repo>/work/data)")
+    p.add_argument("--data-root", help="root of the prepared datasets (default $DEEPNMT_DATA, else ./work/data)")
     p.add_argument("--checkpoint-root", help="root of all experiments' directories, where references to other "
-                                             "experiments (a GPKD teacher) are found (default $DEEPNMT_CHECKPOINTS "
-                                             "or <repo>/work/checkpoints)")
+                                             "experiments (a GPKD teacher) are found (default $DEEPNMT_CHECKPOINTS, "
+                                             "else ./work/checkpoints)")
 
 
 def cmd_train(argv: List[str], registry) -> int:
     argv, extra = _split_extra(argv)
-    p = argparse.ArgumentParser(prog="scripts/train.sh", description=TRAIN_HELP,
+    p = argparse.ArgumentParser(prog=f"{PROG} train", description=TRAIN_HELP,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name")
     p.add_argument("--dry-run", action="store_true", help="print the exact commands, run nothing")
@@ -114,7 +132,7 @@ def cmd_evaluate(argv: List[str], registry) -> int:
     from .evaluate import EvalOptions, Evaluator
 
     argv, extra = _split_extra(argv)
-    p = argparse.ArgumentParser(prog="scripts/evaluate.sh", description=EVAL_HELP,
+    p = argparse.ArgumentParser(prog=f"{PROG} evaluate", description=EVAL_HELP,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
@@ -144,7 +162,7 @@ def cmd_evaluate(argv: List[str], registry) -> int:
 
 
 def cmd_list(argv: List[str], registry, tables: List[Table]) -> int:
-    p = argparse.ArgumentParser(prog="experiments.py list")
+    p = argparse.ArgumentParser(prog=f"{PROG} list")
     p.add_argument("--table", help="only this table (e.g. msc-t2)")
     p.add_argument("--names", action="store_true", help="experiment names only, one a line")
     a = p.parse_args(argv)
@@ -162,7 +180,7 @@ def cmd_list(argv: List[str], registry, tables: List[Table]) -> int:
 
 
 def cmd_show(argv: List[str], registry) -> int:
-    p = argparse.ArgumentParser(prog="experiments.py show")
+    p = argparse.ArgumentParser(prog=f"{PROG} show")
     p.add_argument("name")
     p.add_argument("--gpus", type=int, default=8)
     a = p.parse_args(argv)
@@ -198,26 +216,49 @@ def cmd_show(argv: List[str], registry) -> int:
         print(f"    note: {n}")
     for n in exp.notes:
         print(f"  note: {n}")
-    print(f"\n  scripts/train.sh {exp.name} && scripts/evaluate.sh {exp.name}")
+    print(f"\n  {PROG} train {exp.name} && {PROG} evaluate {exp.name}"
+          f"\n  (from a checkout: scripts/train.sh {exp.name} && scripts/evaluate.sh {exp.name})")
     return 0
 
 
-def main(argv: Optional[List[str]], registry: Dict[str, Experiment], tables: List[Table]) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        if argv and argv[0] in ("--write-configs", "--check-configs"):
-            from .hydra_config import main_check, main_write
+def cmd_configs(cmd: str, argv: List[str], registry) -> int:
+    """write-configs / check-configs: configs/*.yaml of a checkout (not part of the wheel)."""
+    from .hydra_config import main_check, main_write
 
-            p = argparse.ArgumentParser(prog="experiments.py")
-            p.add_argument("--write-configs", action="store_true")
-            p.add_argument("--check-configs", action="store_true")
-            p.add_argument("--config-dir", default=str(REPO / "configs"))
-            a = p.parse_args(argv)
-            return main_write(registry, Path(a.config_dir)) if a.write_configs else main_check(registry, Path(a.config_dir))
-        if not argv or argv[0] in ("-h", "--help"):
-            print(sys.modules["__main__"].__doc__ or __doc__)
-            return 0 if argv else 2
-        cmd, rest = argv[0], argv[1:]
+    p = argparse.ArgumentParser(prog=f"{PROG} {cmd}")
+    p.add_argument("--config-dir", help="the configs/ directory of a checkout (default ./configs; run from the "
+                                        "repository root)")
+    a = p.parse_args(argv)
+    config_dir = Path(a.config_dir or "configs")
+    if not config_dir.is_dir() and (cmd == "check-configs" or a.config_dir is None):
+        raise ReproError(f"no configs directory {config_dir.absolute()}: run from the repository root or pass "
+                         "--config-dir DIR (the configs are part of the repository, not of the installed package)")
+    return main_write(registry, config_dir) if cmd == "write-configs" else main_check(registry, config_dir)
+
+
+COMMANDS = ("list", "show", "train", "evaluate", "table", "write-configs", "check-configs")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv else 2
+    cmd, rest = argv[0], argv[1:]
+    # the old flags of scripts/experiments.py
+    if cmd in ("--write-configs", "--check-configs"):
+        cmd = cmd[2:]
+        rest = [a for a in rest if a not in ("--write-configs", "--check-configs")]
+    try:
+        if cmd not in COMMANDS:
+            raise ReproError(f"unknown command {cmd!r} ({', '.join(COMMANDS)})")
+        if cmd == "table":
+            from .tables import main as table_main
+
+            return table_main(rest)
+        from .registry import EXPERIMENTS as registry
+        from .registry import TABLES as tables
+
         if cmd == "train":
             return cmd_train(rest, registry)
         if cmd == "evaluate":
@@ -226,7 +267,7 @@ def main(argv: Optional[List[str]], registry: Dict[str, Experiment], tables: Lis
             return cmd_list(rest, registry, tables)
         if cmd == "show":
             return cmd_show(rest, registry)
-        raise ReproError(f"unknown command {cmd!r} (train, evaluate, list, show, --write-configs, --check-configs)")
+        return cmd_configs(cmd, rest, registry)
     except ReproError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -62,21 +62,17 @@ class EvalOptions:
 def raw_reference_files(dataset_dir: Path, dataset: str, subset: str, lang: str) -> List[Path]:
     """The untokenized reference: ``raw/<subset>.<lang>``, or the concatenation of the
     per-part files ``raw/<subset>.<part>.<lang>`` that scripts/prepare_data.py writes, in
-    the order of its recipe (scripts/data/corpora.py); [] when there is none."""
+    the order of its recipe (:mod:`deepnmt_fairseq.repro.corpora`); [] when there is none."""
+    from .corpora import RECIPES
+
     raw = dataset_dir / "raw"
     single = raw / f"{subset}.{lang}"
     if single.exists():
         return [single]
-    try:
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location("_deepnmt_corpora", Path(__file__).parents[1] / "data" / "corpora.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)  # type: ignore[union-attr]
-        recipe = mod.RECIPES[dataset]
-        parts = {"train": recipe.train, "valid": recipe.valid, "test": recipe.test}.get(subset, ())
-    except Exception:  # no registry (or another layout): nothing to concatenate safely
+    recipe = RECIPES.get(dataset)
+    if recipe is None:  # not one of the registry's corpora: nothing to concatenate safely
         return []
+    parts = {"train": recipe.train, "valid": recipe.valid, "test": recipe.test}.get(subset, ())
     files = [raw / f"{subset}.{p.name}.{lang}" for p in parts]
     return files if files and all(f.exists() for f in files) else []
 
@@ -191,7 +187,7 @@ class Evaluator:
         if self.opts.dry_run:
             return out
         if not model.exists():
-            raise ReproError(f"no model {model}: train first (scripts/train.sh {self.exp.name}) or pass "
+            raise ReproError(f"no model {model}: train first (deepnmt-repro train {self.exp.name}) or pass "
                              f"--checkpoint-dir / --checkpoint")
         if out.exists() and out.stat().st_mtime >= model.stat().st_mtime:
             log(f"reusing {out}")

@@ -1,0 +1,14 @@
+"""Reproducing the papers' tables: the experiment registry and the ``deepnmt-repro`` command.
+
+``registry`` holds every row of the papers' tables (``EXPERIMENTS``, ``TABLES``), built on
+the data model in ``spec`` and on the model code's named architectures; ``commands``
+turns a registry entry into the exact commands (fairseq-train, deepnmt-skd,
+deepnmt-extract-student) and runs them, ``evaluate`` averages/decodes/scores with the
+papers' BLEU variants (``scoring``), ``tables`` renders paper-vs-ours tables and
+docs/reproduction.md, ``hydra_config`` writes the ``configs/*.yaml`` files, ``corpora``
+is the registry of the corpora scripts/prepare_data.py builds, and ``cli`` is
+``deepnmt-repro`` (also ``python -m deepnmt_fairseq.repro``).
+
+Importing ``deepnmt_fairseq`` loads fairseq (the package registers its models); the
+submodules import nothing else heavy at import time.
+"""
