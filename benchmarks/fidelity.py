@@ -29,6 +29,7 @@ Studies:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -40,7 +41,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+# --user-dir of every command: the installed package (found without importing fairseq here)
+USER_DIR = list(importlib.util.find_spec("deepnmt_fairseq").submodule_search_locations)[0]
 
 WIDTH = ["--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "256",
          "--decoder-ffn-embed-dim", "256", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
@@ -54,6 +56,16 @@ LS = ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
 
 def log(msg):
     print(f"[fidelity {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def load_quickstart():
+    """scripts/quickstart.py of this checkout (its prepare() builds the embedded corpus)."""
+    if "deepnmt_quickstart" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("deepnmt_quickstart", REPO / "scripts" / "quickstart.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules["deepnmt_quickstart"]
 
 
 def exe(name):
@@ -102,7 +114,7 @@ class Study:
         if done.exists():
             return json.loads(done.read_text())
         save.mkdir(parents=True, exist_ok=True)
-        cmd = [exe("fairseq-train"), str(data or self.data), "--user-dir", str(REPO / "deepnmt_fairseq"), *model,
+        cmd = [exe("fairseq-train"), str(data or self.data), "--user-dir", USER_DIR, *model,
                *WIDTH, *TRAIN, *crit, "--max-update", str(updates or self.updates), "--save-dir", str(save), *extra]
         log(f"train {name}")
         t0 = time.time()
@@ -136,13 +148,13 @@ class Study:
         import sacrebleu
 
         res = {}
-        val = subprocess.run([exe("fairseq-validate"), str(data), "--user-dir", str(REPO / "deepnmt_fairseq"),
+        val = subprocess.run([exe("fairseq-validate"), str(data), "--user-dir", USER_DIR,
                               "--path", str(ckpt), "--task", "translation", "--cpu", "--max-tokens", "4096",
                               "--valid-subset", "valid"], capture_output=True, text=True, env=self.env)
         for line in (val.stdout + val.stderr).splitlines():
             if "valid on 'valid' subset" in line and "| loss " in line:
                 res["valid_loss"] = float(line.split("| loss ")[1].split()[0])
-        gen = subprocess.run([exe("fairseq-generate"), str(self.data), "--user-dir", str(REPO / "deepnmt_fairseq"),
+        gen = subprocess.run([exe("fairseq-generate"), str(self.data), "--user-dir", USER_DIR,
                               "--path", str(ckpt), "--gen-subset", "test", "--beam", "4", "--batch-size", "128",
                               "--required-batch-size-multiple", "1", "--remove-bpe", "--cpu", "--max-len-a", "1.2",
                               "--max-len-b", "10"], capture_output=True, text=True, env=self.env)
@@ -222,7 +234,7 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1, help="torch threads per run")
     ap.add_argument("--report", default=str(REPO / "docs" / "fidelity.md"))
     a = ap.parse_args(argv)
-    import quickstart
+    quickstart = load_quickstart()
 
     work = Path(a.work_dir).resolve()
     work.mkdir(parents=True, exist_ok=True)

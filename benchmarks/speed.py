@@ -43,8 +43,7 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+REPO = Path(__file__).resolve().parents[1]  # the installed deepnmt_fairseq is imported, not REPO's copy
 
 PRESETS = {
     # width, ffn, heads, vocab, batch (sentences), src_len, tgt_len, decode batch, decode len

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Evaluate one experiment as its paper does and write <save-dir>/results.json.
+# Evaluate one experiment as its paper does and write <save-dir>/results.json
+# (`deepnmt-repro evaluate` with this checkout's work/ as default data/checkpoint root).
 #
 #   scripts/evaluate.sh NAME [--checkpoint-dir DIR] [--dry-run] [--average K] [--beam B --lenpen L]
 #                       [-- extra fairseq-generate flags]
@@ -14,4 +15,7 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PY="${PYTHON:-python3}"
-exec "$PY" "$HERE/experiments.py" evaluate "$@"
+# the checkout's work/ unless the environment says otherwise (deepnmt-repro alone: ./work)
+export DEEPNMT_DATA="${DEEPNMT_DATA:-$(dirname "$HERE")/work/data}"
+export DEEPNMT_CHECKPOINTS="${DEEPNMT_CHECKPOINTS:-$(dirname "$HERE")/work/checkpoints}"
+exec "$PY" -m deepnmt_fairseq.repro evaluate "$@"

@@ -25,6 +25,7 @@ For WMT, pass the reproduction scripts' settings through --teacher-args and
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shlex
 import subprocess
@@ -33,7 +34,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+# --user-dir of every command: the installed package (found without importing fairseq here)
+USER_DIR = list(importlib.util.find_spec("deepnmt_fairseq").submodule_search_locations)[0]
 
 TINY_MODEL = ["--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
               "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"]
@@ -51,7 +53,9 @@ def exe(name):
 def run(cmd, **kw):
     cmd = [str(c) for c in cmd]
     log("$ " + " ".join(shlex.quote(c) for c in cmd))
-    subprocess.run(cmd, check=True, **kw)
+    from deepnmt_fairseq.console import child_env  # the known-harmless warnings of fairseq's children
+
+    subprocess.run(cmd, check=True, env=child_env(), **kw)
 
 
 def train(data, save: Path, arch, flags, max_update, common, extra=()):
@@ -59,7 +63,7 @@ def train(data, save: Path, arch, flags, max_update, common, extra=()):
         log(f"{save.name}: trained earlier")
         return
     save.mkdir(parents=True, exist_ok=True)
-    run([exe("fairseq-train"), data, "--user-dir", REPO / "deepnmt_fairseq", "--arch", arch, *flags,
+    run([exe("fairseq-train"), data, "--user-dir", USER_DIR, "--arch", arch, *flags,
          "--max-update", max_update, "--save-dir", save, *common, *extra])
     (save / ".done").write_text("ok\n")
 
@@ -67,7 +71,7 @@ def train(data, save: Path, arch, flags, max_update, common, extra=()):
 def bleu(data, ckpt: Path, out: Path, gen_args, cpu):
     if not out.exists():
         with open(out.with_suffix(".partial"), "w") as f:
-            run([exe("fairseq-generate"), data, "--user-dir", REPO / "deepnmt_fairseq", "--path", ckpt,
+            run([exe("fairseq-generate"), data, "--user-dir", USER_DIR, "--path", ckpt,
                  "--gen-subset", "test", "--required-batch-size-multiple", "1", "--remove-bpe",
                  *gen_args, *(["--cpu"] if cpu else [])], stdout=f)
         out.with_suffix(".partial").replace(out)
@@ -123,7 +127,7 @@ def main(argv=None):
     if a.data:
         data = Path(a.data)
     else:
-        import quickstart
+        import quickstart  # scripts/quickstart.py, next to this script
 
         data = quickstart.prepare(work, 500 if a.tiny else 4000, 600 if a.tiny else None)
     common = [*train_args, "--seed", "1", "--no-epoch-checkpoints", "--log-format", "simple",

@@ -5,7 +5,7 @@
     python scripts/prepare_data.py NAME [--data-root DIR] [--from-dir DIR] [--workers N]
                                         [--spm] [--bpe-merges N] [--force] [--dry-run]
 
-NAME is one of the corpora in scripts/data/corpora.py (``--list``): iwslt14-de-en,
+NAME is one of the corpora in deepnmt_fairseq/repro/corpora.py (``--list``): iwslt14-de-en,
 iwslt14-en-de, iwslt14-de-en-fairseq, iwslt17-en-fr (MSC Sec. 4.1), wmt14-en-de (MSC),
 wmt14-en-de-dd, wmt14-en-fr (deep-decoder paper Sec. 4.1), wmt15-cs-en (transparent
 attention, Sec. 4), wmt14-en-de-gpkd (GPKD).  docs/data-preparation.md explains every choice.
@@ -66,10 +66,20 @@ REPORT_EVERY = 10.0   # seconds between progress lines
 
 
 def _load_corpora():
+    """The corpora registry of the installed package, deepnmt_fairseq/repro/corpora.py.
+
+    Loaded from the package's directory without importing ``deepnmt_fairseq`` itself (that
+    would load fairseq and torch before this script forks its workers); the module uses the
+    standard library only."""
     name = "deepnmt_data_corpora"
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "data" / "corpora.py")
+    pkg = importlib.util.find_spec("deepnmt_fairseq")
+    if pkg is None or not pkg.submodule_search_locations:
+        sys.exit("prepare_data.py: the deepnmt_fairseq package is not installed (pip install -e . or "
+                 "bash scripts/setup_env.sh): its corpora registry is deepnmt_fairseq/repro/corpora.py")
+    path = Path(list(pkg.submodule_search_locations)[0]) / "repro" / "corpora.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
     spec.loader.exec_module(mod)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Train one experiment of the papers' tables (registry: scripts/experiments.py).
+# Train one experiment of the papers' tables: `deepnmt-repro train` (registry:
+# deepnmt_fairseq/repro/registry.py) with this checkout's work/ as default data/checkpoint root.
 #
 #   scripts/train.sh NAME [--dry-run] [--gpus N] [--fp16|--bf16] [--save-dir DIR] [--data DIR]
 #                    [--stage S] [--max-tokens N] [--launcher local|torchrun|slurm]
@@ -13,8 +14,11 @@
 # number of GPUs (--update-freq from --gpus / CUDA_VISIBLE_DEVICES / nvidia-smi).
 # Data: $DEEPNMT_DATA/<dataset>/bin; checkpoints: $DEEPNMT_CHECKPOINTS/NAME (defaults under
 # <repo>/work).  Multi-node: scripts/slurm/train.sbatch, scripts/torchrun_example.sh.
-# `python scripts/experiments.py list` shows every name; `... show NAME` its settings.
+# `deepnmt-repro list` shows every name; `deepnmt-repro show NAME` its settings.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PY="${PYTHON:-python3}"
-exec "$PY" "$HERE/experiments.py" train "$@"
+# the checkout's work/ unless the environment says otherwise (deepnmt-repro alone: ./work)
+export DEEPNMT_DATA="${DEEPNMT_DATA:-$(dirname "$HERE")/work/data}"
+export DEEPNMT_CHECKPOINTS="${DEEPNMT_CHECKPOINTS:-$(dirname "$HERE")/work/checkpoints}"
+exec "$PY" -m deepnmt_fairseq.repro train "$@"

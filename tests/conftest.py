@@ -1,12 +1,10 @@
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# tests/ is importable through the pythonpath option of pytest (pyproject.toml)
 from fairseq_helpers import make_parallel_text, preprocess  # noqa: E402
 
 

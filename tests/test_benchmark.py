@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
+REPO = Path(__file__).resolve().parents[1]  # benchmarks/: importable via pytest's pythonpath option
 
 
 def test_saved_activation_bytes_scales_with_batch_and_ignores_parameters():

@@ -1,4 +1,4 @@
-"""The reproduction registry and scripts: scripts/experiments.py, train.sh, evaluate.sh, configs/.
+"""The reproduction registry and scripts: deepnmt_fairseq.repro (deepnmt-repro), train.sh, evaluate.sh, configs/.
 
 Fast tests: every experiment's commands parse with fairseq's own parser, the batch
 arithmetic, the distributed flags, configs/ in sync with the registry and valid for
@@ -21,16 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from deepnmt_fairseq.repro import commands, scoring
+from deepnmt_fairseq.repro import registry as experiments
+from deepnmt_fairseq.repro.spec import DATASETS, ExtractStage, batch_plan, update_freq
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
-sys.path.insert(0, str(SCRIPTS))
-_other = sys.modules.get("experiments")  # e.g. the repository's experiments/ folder imported as a namespace
-if _other is not None and getattr(_other, "__file__", None) != str(SCRIPTS / "experiments.py"):
-    del sys.modules["experiments"]
-
-import experiments  # noqa: E402
-from repro import commands, scoring  # noqa: E402
-from repro.spec import DATASETS, ExtractStage, batch_plan, update_freq  # noqa: E402
 
 EXPS = experiments.EXPERIMENTS
 ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHON=sys.executable)
@@ -82,11 +78,10 @@ def test_registry_rows_and_experiments_are_consistent():
         "--ddr-alpha": "0", "--ald-alpha": "0", "--encoder-l2": "1e-5"}
 
 
-def test_cad_defaults_match_the_named_architectures():
-    from deepnmt_fairseq.models.architectures import cad_defaults
+def test_cad_defaults_are_the_named_architectures():
+    from deepnmt_fairseq.models import architectures
 
-    for n in range(1, 40):
-        assert experiments.cad_defaults(n) == cad_defaults(n)
+    assert experiments.cad_defaults is architectures.cad_defaults  # imported, not a copy
 
 
 def test_update_freq_keeps_tokens_per_update():
@@ -269,7 +264,7 @@ def test_missing_input_of_another_experiment_is_a_clear_error(tmp_path):
 # ------------------------------------------------------------------------------ configs
 @pytest.fixture(scope="module")
 def generated_configs():
-    from repro import hydra_config
+    from deepnmt_fairseq.repro import hydra_config
 
     return hydra_config.generate_all(EXPS)
 
@@ -277,16 +272,17 @@ def generated_configs():
 def test_committed_configs_equal_the_registry(generated_configs):
     committed = {p.name: p.read_text(encoding="utf-8") for p in (REPO / "configs").glob("*.yaml")}
     assert set(committed) == set(generated_configs), (
-        "configs/ and the registry differ: run python scripts/experiments.py --write-configs")
+        "configs/ and the registry differ: run deepnmt-repro write-configs")
     drift = [n for n in committed if committed[n] != generated_configs[n]]
-    assert not drift, f"stale configs (run --write-configs): {drift[:5]}"
+    assert not drift, f"stale configs (run deepnmt-repro write-configs): {drift[:5]}"
     n_train = sum(len(e.train_stages) for e in EXPS.values())
     assert len(committed) == n_train
 
 
 def test_configs_validate_against_fairseqs_schema(generated_configs, tmp_path):
     from omegaconf import OmegaConf
-    from repro import hydra_config
+
+    from deepnmt_fairseq.repro import hydra_config
 
     import yaml
 
@@ -324,10 +320,10 @@ def test_configs_validate_against_fairseqs_schema(generated_configs, tmp_path):
 
 
 def test_docs_and_results_table(tmp_path):
-    import results_table
+    from deepnmt_fairseq.repro import tables as results_table
 
     doc = (REPO / "docs" / "reproduction.md").read_text(encoding="utf-8")
-    assert doc == results_table.render_docs(), "docs/reproduction.md is stale: python scripts/results_table.py --docs"
+    assert doc == results_table.render_docs(), "docs/reproduction.md is stale: deepnmt-repro table --docs"
     for name in EXPS:  # every experiment has its command in the doc
         assert f"scripts/train.sh {name} && scripts/evaluate.sh {name}" in doc
     # measured numbers appear next to the paper's once a results.json exists
@@ -341,7 +337,8 @@ def test_docs_and_results_table(tmp_path):
     cells = [c.strip() for c in row.strip("|").split("|")]
     # BLEU paper | ours | speedup vs Base paper | ours | speedup vs Deep paper | ours
     assert cells[1:7] == ["28.31", "28.00", "1.97", "2.00", "2.17", "3.00"]
-    assert "`scripts/train.sh gpkd-wmt14-ende-desdar-48-1 && scripts/evaluate.sh gpkd-wmt14-ende-desdar-48-1`" in row
+    assert ("`deepnmt-repro train gpkd-wmt14-ende-desdar-48-1 && deepnmt-repro evaluate gpkd-wmt14-ende-desdar-48-1`"
+            in row)
     missing = next(ln for ln in text.splitlines() if ln.startswith("| DESDAR 48-3 |"))
     assert "| 29.82 | — |" in missing
 
@@ -438,7 +435,7 @@ def test_evaluate_mean_over_checkpoints_and_results_file(tmp_path):
     (evaluate.sh reuses a decoding newer than its checkpoint), and results.json handling."""
     import time
 
-    from repro.evaluate import EvalOptions, Evaluator
+    from deepnmt_fairseq.repro.evaluate import EvalOptions, Evaluator
 
     name = "transparent-wmt14-ende-6L"
     data, ck = tmp_path / "data", tmp_path / "ck"
@@ -490,9 +487,11 @@ def corpus_env(tmp_path_factory):
     quickstart.prepare (sacremoses, 1000 joint BPE merges, fairseq-preprocess) and laid out as
     $DEEPNMT_DATA/<dataset>/{bin,tok,raw} for the En->De datasets the families use."""
     import gzip
+    import importlib.util
 
-    sys.path.insert(0, str(SCRIPTS))
-    import quickstart
+    spec = importlib.util.spec_from_file_location("deepnmt_quickstart_under_test", SCRIPTS / "quickstart.py")
+    quickstart = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quickstart)
 
     root = tmp_path_factory.mktemp("repro")
     small = root / "corpus"

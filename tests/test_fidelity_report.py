@@ -1,11 +1,7 @@
 """The fidelity study's report: every finished run lands in its study's table, with the
 plots and the command of every number (the runs themselves take hours: benchmarks/fidelity.py)."""
 
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
+# benchmarks/ is importable through the pythonpath option of pytest (pyproject.toml)
 
 
 def _run(name, loss, bleu, **extra):

@@ -31,8 +31,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from fairseq_helpers import USER_DIR, build_model, random_batch, run_cli, tiny_model_flags  # noqa: E402
+from fairseq_helpers import USER_DIR, build_model, random_batch, run_cli, tiny_model_flags
 
 N_TEST = 10  # sentences in the data_bin fixture's test split (tests/conftest.py)
 INTERACTIVE_INPUT = "the cat sees a dog\n\nzzz unknown qqq\nbig red house runs over the tree\n"
