@@ -45,7 +45,9 @@ def bin_path(name: str) -> str:
 def run(cmd, **kw) -> None:
     cmd = [str(c) for c in cmd]
     log("$ " + " ".join(cmd))
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    from deepnmt_fairseq.console import child_env  # the known-harmless warnings of fairseq's children
+
+    env = child_env(dict(os.environ, PYTHONUNBUFFERED="1"))
     subprocess.run(cmd, check=True, env=env, **kw)
 
 

@@ -33,6 +33,7 @@ from typing import Dict
 import torch
 
 from ..analysis import plotting as P
+from ..console import quiet_known_warnings
 
 
 class AttentionError(ValueError):
@@ -166,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    quiet_known_warnings()  # known-harmless hydra/torch/fairseq warnings (deepnmt_fairseq/console.py)
     a = build_parser().parse_args(argv)
     from ..analysis.models import load_model, memory_kind, pick_device
 

@@ -31,6 +31,7 @@ from typing import List, Sequence
 import torch
 
 from ..checkpoint_safety import load_checkpoint
+from ..console import quiet_known_warnings
 
 logger = logging.getLogger("deepnmt_fairseq.average_checkpoints")
 
@@ -137,6 +138,7 @@ def save_atomic(state: dict, output: str, overwrite: bool = False) -> None:
 
 
 def main(argv=None) -> int:
+    quiet_known_warnings()  # known-harmless hydra/torch/fairseq warnings (deepnmt_fairseq/console.py)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--inputs", nargs="+", required=True, help="checkpoint files, or one directory")
     p.add_argument("--output", required=True, help="averaged checkpoint to write")

@@ -40,6 +40,7 @@ from typing import Dict, List
 
 from ..analysis import difficulty as D
 from ..analysis import plotting as P
+from ..console import quiet_known_warnings
 
 TOOL = "difficulty"
 
@@ -286,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    quiet_known_warnings()  # known-harmless hydra/torch/fairseq warnings (deepnmt_fairseq/console.py)
     a = build_parser().parse_args(argv)
     if getattr(a, "last", 1) < 1:
         return _fail("--last must be >= 1")

@@ -34,6 +34,8 @@ from typing import List, Optional
 
 import torch
 
+from ..console import quiet_known_warnings
+
 logger = logging.getLogger("deepnmt_fairseq.extract_student")
 
 
@@ -155,6 +157,7 @@ def _ints(text):
 
 
 def main(argv=None) -> int:
+    quiet_known_warnings()  # known-harmless hydra/torch/fairseq warnings (deepnmt_fairseq/console.py)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher", required=True, help="teacher checkpoint (.pt)")
     p.add_argument("--output", required=True, help="student checkpoint to write")

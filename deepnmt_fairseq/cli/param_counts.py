@@ -12,6 +12,8 @@ import argparse
 import sys
 from types import SimpleNamespace
 
+from ..console import quiet_known_warnings
+
 # joint vocabulary sizes used for each paper's counts (see docs/parameter-counts.md)
 DEFAULT_VOCAB = {
     "MSC (Wei et al. 2020)": {"iwslt": 10150, "wmt": 37000},
@@ -61,6 +63,7 @@ def count_parameters(model) -> int:
 
 
 def main(argv=None):
+    quiet_known_warnings()  # known-harmless hydra/torch/fairseq warnings (deepnmt_fairseq/console.py)
     from ..models.architectures import PAPER_ROWS
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

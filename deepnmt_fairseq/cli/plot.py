@@ -27,6 +27,7 @@ from typing import Dict, List
 
 from ..analysis import logs as L
 from ..analysis import plotting as P
+from ..console import quiet_known_warnings
 
 TOOL = "plot"
 
@@ -421,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    quiet_known_warnings()  # known-harmless hydra/torch/fairseq warnings (deepnmt_fairseq/console.py)
     a = build_parser().parse_args(argv)
     try:
         return a.fn(a)

@@ -26,6 +26,7 @@ import time
 from typing import Dict, List, Tuple
 
 from .. import generate_output
+from ..console import child_env, quiet_known_warnings
 
 
 def log(msg: str) -> None:
@@ -78,7 +79,7 @@ def translate_shard(a, shard: int, out_path: str, user_dir: str) -> None:
         cmd.append("--fp16")
     partial = out_path + ".partial"
     with open(partial, "w", encoding="utf-8") as f:
-        res = subprocess.run(cmd, stdout=f)
+        res = subprocess.run(cmd, stdout=f, env=child_env())
     if res.returncode != 0:
         raise RuntimeError(f"fairseq-generate failed on shard {shard} (exit {res.returncode}); "
                            f"re-run to resume from this shard")
@@ -86,6 +87,7 @@ def translate_shard(a, shard: int, out_path: str, user_dir: str) -> None:
 
 
 def main(argv=None) -> int:
+    quiet_known_warnings()  # known-harmless hydra/torch/fairseq warnings (deepnmt_fairseq/console.py)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="binarized data (fairseq-preprocess output)")
     p.add_argument("--teacher", required=True, help="teacher checkpoint")
@@ -162,7 +164,7 @@ def main(argv=None) -> int:
         "--trainpref", os.path.join(text, "train"), "--destdir", tmp_out,
         "--srcdict", os.path.join(a.data, f"dict.{src}.txt"), "--tgtdict", os.path.join(a.data, f"dict.{tgt}.txt"),
         "--workers", str(a.workers),
-    ])
+    ], env=child_env())
     if res.returncode != 0:
         print("error: fairseq-preprocess failed", file=sys.stderr)
         return 1
