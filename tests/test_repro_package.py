@@ -193,6 +193,28 @@ def test_non_zero_rank_waits_for_rank_0_at_stage_boundaries(name, tmp_path, monk
         assert (root / last.name / ".done").exists()
 
 
+def test_non_zero_rank_fails_at_once_on_inputs_no_rank_will_write(tmp_path, monkeypatch):
+    """A GPKD student whose teacher was never trained: rank 1 says so instead of waiting for rank 0."""
+    monkeypatch.setattr(commands, "WAIT_POLL", 0.02)
+    env = {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "CUDA_VISIBLE_DEVICES": ""}
+    launch = commands.make_launch("torchrun", env=env)
+    opts = commands.RunOptions(paths=commands.Paths(tmp_path / "data", tmp_path / "ck"), launch=launch)
+    steps = commands.Planner(reg.EXPERIMENTS, reg.EXPERIMENTS["gpkd-wmt14-ende-24-1"], opts).plan()
+    outcome = {}
+
+    def rank1():
+        try:
+            commands.run_steps(steps, launch)
+        except commands.ReproError as err:
+            outcome["error"] = str(err)
+
+    t = threading.Thread(target=rank1, daemon=True)
+    t.start()
+    t.join(timeout=20)
+    assert not t.is_alive(), "rank 1 waits for an input that no rank of this run writes"
+    assert "missing input" in outcome["error"] and "gpkd-wmt14-ende-48L-ssl-gp-teacher" in outcome["error"]
+
+
 # ------------------------------------------------------------------------------ wheel (slow)
 PER_PAPER = ["msc-iwslt14-ende-72L-l2", "transparent-wmt14-ende-16L", "dd-wmt14-ende-base-15-15-cad-crt",
              "gpkd-wmt14-ende-24-1"]
@@ -230,8 +252,9 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
     vsite = Path(subprocess.run([str(vpy), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                 capture_output=True, text=True, check=True).stdout.strip())
     ours = Path(sysconfig.get_paths()["purelib"])
-    assert not (ours / "deepnmt_fairseq").exists()  # an editable install maps the checkout, it copies nothing
-    (vsite / "borrowed_deps.pth").write_text(str(ours) + "\n")  # torch, fairseq, ...: not their .pth files
+    # torch, fairseq, ... (a path line: the .pth files there, e.g. an editable install's finder, are not run;
+    # the fresh venv's own site-packages comes first in sys.path in any case)
+    (vsite / "borrowed_deps.pth").write_text(str(ours) + "\n")
     res = subprocess.run([str(vpy), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]

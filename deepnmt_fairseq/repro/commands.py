@@ -507,6 +507,14 @@ def _record_command(stage_dir: Path, step: Step) -> None:
         f.write(json.dumps(entry) + "\n")
 
 
+def _check_inputs(needs: Sequence[Path]) -> None:
+    missing = [n for n in needs if not n.exists()]
+    if missing:
+        raise ReproError("missing input(s): " + ", ".join(map(str, missing)) +
+                         " - run the experiment(s) they belong to first (deepnmt-repro train NAME, "
+                         "or scripts/train.sh NAME)")
+
+
 def run_steps(steps: Sequence[Step], launch: Launch, dry_run: bool = False) -> int:
     if dry_run:
         for s in steps:
@@ -532,17 +540,16 @@ def run_steps(steps: Sequence[Step], launch: Launch, dry_run: bool = False) -> i
                 (" - delete that .done file to train further" if s.kind == "train" else ""))
             continue
         if not launch.is_rank0:
-            if s.rank0_only:  # rank 0 checks the inputs and runs it; here only its result counts
+            # inputs from outside this run (another experiment, a stage not selected) exist or never will;
+            # the others are rank 0's to write, maybe still under way: wait for them, then check
+            _check_inputs([n for n in s.needs if n not in produced])
+            if s.rank0_only:  # rank 0 runs it; here only its result counts
                 _wait_for(s.done, f"{s.stage}/{s.kind}")
                 continue
-            for n in s.needs:  # an input of an earlier step of this run: rank 0 may still be writing it
+            for n in s.needs:
                 if n in produced and not n.exists():
                     _wait_for(n, f"{produced[n].stage}/{produced[n].kind} (input of {s.stage})")
-        missing = [n for n in s.needs if not n.exists()]
-        if missing:
-            raise ReproError("missing input(s): " + ", ".join(map(str, missing)) +
-                             " - run the experiment(s) they belong to first (deepnmt-repro train NAME, "
-                             "or scripts/train.sh NAME)")
+        _check_inputs(s.needs)
         if s.batch and s.batch["effective_tokens_per_update"] > 1.25 * s.batch["tokens_per_update"]:
             log(f"warning: {s.batch['world_size']} processes x {s.batch['max_tokens']} tokens exceed the paper's "
                 f"{s.batch['tokens_per_update']} tokens per update; use fewer GPUs or --max-tokens")
