@@ -37,6 +37,8 @@ fi
 PY="$(command -v python)"
 PIP=("$PY" -m pip --disable-pip-version-check)
 STAMP="$("$PY" -c 'import sys; print(sys.prefix)')/.deepnmt-setup-ok"
+# the stamp names pyproject.toml's checksum: a new dependency or console script reinstalls
+PROJECT_SUM="$(cksum < "$HERE/pyproject.toml" | cut -d' ' -f1)"
 PYVER="$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
 log "python $PYVER at $PY"
 
@@ -63,7 +65,7 @@ echo "torch==$TORCH_VERSION" > "$CONSTRAINTS"
 PIPC=("${PIP[@]}" install -q -c "$CONSTRAINTS")
 
 if [[ -f "$STAMP" ]] && "$PY" -c 'import deepnmt_fairseq' >/dev/null 2>&1 \
-   && [[ "$(cat "$STAMP")" == "$TORCH_VERSION $HERE" ]]; then
+   && [[ "$(cat "$STAMP")" == "$TORCH_VERSION $HERE $PROJECT_SUM" ]]; then
   log "environment already set up (torch $TORCH_VERSION)"
   exit 0
 fi
@@ -88,5 +90,5 @@ if [[ "$AFTER" != "$TORCH_VERSION" ]]; then
   log "ERROR: torch changed from $TORCH_VERSION to $AFTER during setup"; exit 1
 fi
 "$PY" -c 'import deepnmt_fairseq, fairseq; print("[setup] fairseq", fairseq.__version__, "| plugin", deepnmt_fairseq.__version__, "| --user-dir", deepnmt_fairseq.USER_DIR)' 2>&1 | grep -v tensorboardX >&2
-echo "$TORCH_VERSION $HERE" > "$STAMP"
+echo "$TORCH_VERSION $HERE $PROJECT_SUM" > "$STAMP"
 log "done. Activate with: source $VENV/bin/activate"
