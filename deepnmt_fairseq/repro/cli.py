@@ -240,6 +240,9 @@ COMMANDS = ("list", "show", "train", "evaluate", "table", "write-configs", "chec
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    from ..console import quiet_known_warnings
+
+    quiet_known_warnings()  # known-harmless hydra/torch/fairseq warnings (deepnmt_fairseq/console.py)
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)

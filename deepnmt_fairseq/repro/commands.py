@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from .. import USER_DIR as _USER_DIR
+from ..console import child_env
 from ..models.architectures import ARCHS, cad_defaults
 from .spec import Experiment, ExtractStage, Recipe, Ref, SkdStage, TrainStage, batch_plan
 
@@ -453,7 +454,7 @@ class Planner:
 # ---------------------------------------------------------------------- running
 def _tee(argv: List[str], logfile: Optional[Path]) -> int:
     """Run ``argv``; its output goes to our stdout and (rank 0) to ``logfile``."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = child_env(dict(os.environ, PYTHONUNBUFFERED="1"))  # known-harmless warnings hidden (console.py)
     fh = None
     if logfile is not None:
         logfile.parent.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from ..console import child_env
 from . import scoring
 from .commands import (
     Paths,
@@ -199,7 +200,7 @@ class Evaluator:
         partial = out.with_suffix(".partial")
         t0 = time.time()
         with open(partial, "w", encoding="utf-8") as f:
-            rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT).returncode
+            rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=child_env()).returncode
         if rc != 0:
             tail = partial.read_text(encoding="utf-8", errors="replace")[-3000:]
             raise ReproError(f"fairseq-generate failed (exit {rc}); its output is in {partial}:\n{tail}")
