@@ -253,7 +253,7 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
                                 capture_output=True, text=True, check=True).stdout.strip())
     ours = Path(sysconfig.get_paths()["purelib"])
     # torch, fairseq, ... (a path line: the .pth files there, e.g. an editable install's finder, are not run;
-    # the fresh venv's own site-packages comes first in sys.path in any case)
+    # the fresh venv's own site-packages comes first on the import path in any case)
     (vsite / "borrowed_deps.pth").write_text(str(ours) + "\n")
     res = subprocess.run([str(vpy), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
                          capture_output=True, text=True, timeout=600)
