@@ -1,11 +1,12 @@
 """deepnmt_fairseq: very deep NMT for fairseq (load with ``--user-dir``).
 
-Importing the package makes fairseq's checkpoint loading safe under torch's
-``weights_only=True``, turns on the reliability guards (atomic checkpoint copies,
-no silently dropped last batch, clear errors for empty data and mismatched
-checkpoints, CPU/c10d DDP; see ``reliability.py``) and registers every model,
-architecture, criterion and task of the plugin.  ``python -m deepnmt_fairseq`` prints the directory to pass
-to ``--user-dir``.
+Importing the package applies the plugin's listed fixes to fairseq (``fairseq_fixes.py``:
+weights-only checkpoint loading on every fairseq version; on fairseq 0.12.3 also the
+reliability guards -- atomic checkpoint copies, no silently dropped last batch, clear errors
+for empty data and mismatched checkpoints, CPU/c10d DDP -- unless ``DEEPNMT_FAIRSEQ_FIXES=0``)
+and registers every model, architecture, criterion and task of the plugin.
+``python -m deepnmt_fairseq`` prints the directory to pass to ``--user-dir``;
+``python -m deepnmt_fairseq --fixes`` lists the fixes and whether each is on.
 """
 
 import os as _os
@@ -13,13 +14,9 @@ import os as _os
 __version__ = "0.1.0"
 USER_DIR = _os.path.dirname(_os.path.abspath(__file__))
 
-from . import checkpoint_safety as _checkpoint_safety  # noqa: E402
+from . import fairseq_fixes as _fairseq_fixes  # noqa: E402
 
-_checkpoint_safety.install()
-
-from . import reliability as _reliability  # noqa: E402
-
-_reliability.install()
+_fairseq_fixes.install()
 
 
 def _check_single_copy():

@@ -17,15 +17,18 @@ checkpoints of 8 kinds, see ``../shared/notes`` / ``docs/checkpoints.md``):
   omegaconf containers and nodes, ``typing.Any``, ``collections.defaultdict``,
   builtins and fairseq's ``_TensorPlaceholder``.
 
-:func:`install` (run when the plugin is imported, i.e. by ``--user-dir``) adds
-these to torch's allow-list and wraps fairseq's checkpoint readers so that a
-refused file raises :class:`UnsafeCheckpointError` naming the file, instead of
-torch's generic message.  Protection stays on even when
-``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` is set in the environment: the variable is
-ignored for the duration of a fairseq checkpoint load (with a warning).
+Nothing here changes torch or fairseq by itself: the plugin's single list of fixes to
+fairseq (``fairseq_fixes.py``, applied when the plugin is imported, i.e. by ``--user-dir``)
+adds :func:`safe_globals` to torch's allow-list and wraps fairseq's checkpoint readers with
+:func:`wrap_loader`, so that a refused file raises :class:`UnsafeCheckpointError` naming
+the file, instead of torch's generic message.  Protection stays on even when
+``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` is set in the environment: the variable is ignored
+for the duration of a fairseq checkpoint load (with a warning).  These "safety" fixes are
+applied on every fairseq version and cannot be switched off.
 
 :func:`load_checkpoint` is the project's own loader (used by the averaging and
-student-extraction tools); it always passes ``weights_only=True``.
+student-extraction tools); it always passes ``weights_only=True`` and allow-lists
+:func:`safe_globals` for the duration of the load only.
 """
 
 from __future__ import annotations
@@ -161,17 +164,30 @@ def _path_of(args, kwargs, name="path"):
     return kwargs.get(name, kwargs.get("fpath", "<checkpoint>"))
 
 
-def _wrap_loader(fn):
+_LAST_LOADED = {"path": None}  # the file the last wrapped fairseq loader read
+
+
+def last_loaded_path():
+    """The checkpoint file fairseq's (wrapped) loader read last, or None (named in
+    reliability's CheckpointMismatchError)."""
+    return _LAST_LOADED["path"]
+
+
+def wrap_loader(fn):
+    """``fn`` (a fairseq checkpoint reader taking the path first) with weights-only loading
+    enforced and clear errors; a reader that is already wrapped is returned as is."""
     if getattr(fn, "_deepnmt_safe", False):
         return fn
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        path = _path_of(args, kwargs)
+        _LAST_LOADED["path"] = str(path)
         with _weights_only_enforced():
             try:
                 return fn(*args, **kwargs)
             except (pickle.UnpicklingError, EOFError, RuntimeError) as err:
-                new = _explain(_path_of(args, kwargs), err)
+                new = _explain(path, err)
                 if new is err:
                     raise
                 raise new from err
@@ -180,33 +196,29 @@ def _wrap_loader(fn):
     return wrapper
 
 
-_INSTALLED = False
-
-
-def install() -> None:
-    """Allow-list fairseq's checkpoint classes and wrap fairseq's loaders (idempotent)."""
-    global _INSTALLED
-    if _INSTALLED:
-        return
-    torch.serialization.add_safe_globals(safe_globals())
+@contextlib.contextmanager
+def _allow_listed():
+    """:func:`safe_globals` in torch's allow-list while the block runs; afterwards the list
+    is what it was (torch's own ``safe_globals`` context manager would also remove entries
+    that were there before)."""
+    before = set(torch.serialization.get_safe_globals())
+    added = [g for g in safe_globals() if g not in before]
+    torch.serialization.add_safe_globals(added)
     try:
-        from fairseq import checkpoint_utils
-    except ImportError:  # pragma: no cover - plugin used without fairseq
-        _INSTALLED = True
-        return
-    for name in ("load_checkpoint_to_cpu", "load_ema_from_checkpoint"):
-        if hasattr(checkpoint_utils, name):
-            setattr(checkpoint_utils, name, _wrap_loader(getattr(checkpoint_utils, name)))
-    _INSTALLED = True
+        yield
+    finally:
+        if added:
+            keep = [g for g in torch.serialization.get_safe_globals() if g not in set(added)]
+            torch.serialization.clear_safe_globals()
+            torch.serialization.add_safe_globals(keep)
 
 
 def load_checkpoint(path: str, map_location="cpu") -> dict:
     """Load a fairseq checkpoint with ``weights_only=True``; clear errors on refusal."""
-    install()
     if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint not found: {path}")
     try:
-        with open(path, "rb") as f:
+        with open(path, "rb") as f, _allow_listed():
             return torch.load(f, map_location=map_location, weights_only=True)
     except (pickle.UnpicklingError, EOFError, RuntimeError) as err:
         new = _explain(path, err)

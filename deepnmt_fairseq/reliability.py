@@ -1,8 +1,12 @@
 """Reliability guards for fairseq 0.12 runs of the plugin (issue 9; docs/reliability.md).
 
-:func:`install` (idempotent; :func:`uninstall` undoes it) fixes what we measured going
-wrong in fairseq 0.12.3 on Python 3.11 / torch 2.13, by subclassing or wrapping fairseq's
-own hooks; the happy path is unchanged except where fairseq loses data:
+The implementations of the "behaviour" fixes to what we measured going wrong in fairseq
+0.12.3 on Python 3.11 / torch 2.13, by subclassing or wrapping fairseq's own hooks; the
+happy path is unchanged except where fairseq loses data.  Which fairseq attribute each one
+replaces, on which fairseq version, and how to switch them off is decided in one place,
+``fairseq_fixes.py`` (its table ``FIXES``); this module patches nothing itself.
+:func:`install`/:func:`uninstall`/:func:`installed` are kept as shortcuts for the behaviour
+fixes of that table.
 
 1. **Atomic checkpoint copies.**  fairseq writes the first checkpoint of a save atomically
    (``file.tmp`` + rename) but *copies* it to the others (``checkpoint_last.pt``,
@@ -56,10 +60,12 @@ import os
 import re
 import shutil
 import tempfile
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 import torch
+
+from .checkpoint_safety import last_loaded_path
 
 logger = logging.getLogger(__name__)
 
@@ -76,50 +82,29 @@ class DDPBypassError(RuntimeError):
     """A training step computed its loss without DistributedDataParallel.forward."""
 
 
-# --------------------------------------------------------------------------- bookkeeping
-_PATCHES: List[Tuple[object, str, object]] = []  # (owner, attribute, original)
-_INSTALLED = False
-_LAST_CHECKPOINT: Dict[str, Optional[str]] = {"path": None}
-
-
-def _patch(owner, name: str, new) -> None:
-    _PATCHES.append((owner, name, getattr(owner, name)))
-    setattr(owner, name, new)
-
-
+# --------------------------------------------------------------------------- shortcuts
 def install() -> None:
-    """Install every guard listed in the module docstring (idempotent)."""
-    global _INSTALLED
-    if _INSTALLED:
-        return
-    from fairseq import checkpoint_utils, trainer
-    from fairseq.data import data_utils, indexed_dataset
-    from fairseq.models import distributed_fairseq_model, fairseq_model
+    """Apply the behaviour fixes of ``fairseq_fixes.FIXES`` (and the checkpoint safety), as
+    importing the plugin does: subject to ``DEEPNMT_FAIRSEQ_FIXES`` and the fairseq version."""
+    from . import fairseq_fixes
 
-    _patch(checkpoint_utils, "PathManager", AtomicCopyPathManager)
-    _patch(data_utils, "batch_by_size", _keep_last_batch(data_utils.batch_by_size))
-    _patch(indexed_dataset, "make_dataset", _refuse_empty_file(indexed_dataset.make_dataset))
-    _patch(trainer.Trainer, "get_train_iterator", _explain_empty_train(trainer.Trainer.get_train_iterator))
-    _patch(checkpoint_utils, "load_checkpoint_to_cpu", _remember_path(checkpoint_utils.load_checkpoint_to_cpu))
-    _patch(fairseq_model.BaseFairseqModel, "load_state_dict",
-           _explain_mismatch(fairseq_model.BaseFairseqModel.load_state_dict))
-    _patch(trainer.Trainer, "load_checkpoint", _unwrap_mismatch(trainer.Trainer.load_checkpoint))
-    _patch(distributed_fairseq_model, "DistributedDataParallel", CPUCompatibleDDP)
-    _patch(trainer.Trainer, "train_step", _check_ddp_forward(trainer.Trainer.train_step))
-    _INSTALLED = True
+    fairseq_fixes.install()
 
 
 def uninstall() -> None:
-    """Restore fairseq's originals (tests use it to show what the guards prevent)."""
-    global _INSTALLED
-    while _PATCHES:
-        owner, name, original = _PATCHES.pop()
-        setattr(owner, name, original)
-    _INSTALLED = False
+    """Restore fairseq's originals of the behaviour fixes (tests use it to show what the guards
+    prevent); the weights-only checkpoint safety stays (``fairseq_fixes.uninstall()`` removes all)."""
+    from . import fairseq_fixes
+
+    fairseq_fixes.uninstall(kinds=("behaviour",))
 
 
 def installed() -> bool:
-    return _INSTALLED
+    """Whether every behaviour fix is active."""
+    from . import fairseq_fixes
+
+    active = {fix.name for fix in fairseq_fixes.active()}
+    return all(fix.name in active for fix in fairseq_fixes.FIXES if fix.kind == "behaviour")
 
 
 # --------------------------------------------------------------------------- 1. atomic copies
@@ -278,26 +263,14 @@ def _explain_empty_train(get_train_iterator):
 
 
 # --------------------------------------------------------------------------- 4. mismatches
-def _remember_path(load_checkpoint_to_cpu):
-    def wrapper(path, *args, **kwargs):
-        _LAST_CHECKPOINT["path"] = str(path)
-        return load_checkpoint_to_cpu(path, *args, **kwargs)
-
-    wrapper.__wrapped__ = load_checkpoint_to_cpu
-    for attr in ("_deepnmt_safe",):  # keep checkpoint_safety's marker visible
-        if hasattr(load_checkpoint_to_cpu, attr):
-            setattr(wrapper, attr, getattr(load_checkpoint_to_cpu, attr))
-    return wrapper
-
-
 _LAYER = re.compile(r"^(encoder|decoder)\.layers\.(\d+)\.")
 
 # parameter-name markers of the plugin's mechanisms (shown when one side lacks them)
 _FEATURES = {
-    "encoder.context_cell.": "MSC context cell (--msc-context-cell)",
+    ".context_cell.": "MSC context cell (--msc-context-cell)",
     ".context_attn.": "MSC context attention (--deep-memory msc)",
     ".fusion.w1.": "MSC gated fusion (--msc-fusion gate)",
-    "encoder.layer_mix.": "transparent attention (--deep-memory transparent)",
+    ".layer_mix.": "transparent attention (--deep-memory transparent)",
     ".relative.keys": "relative positions (--rpr-max-relative-position)",
     ".relative.values": "relative position values (--rpr-values)",
     "ssl_active": "skipping sub-layer schedule (--ssl-rate)",
@@ -376,7 +349,7 @@ def _explain_mismatch(load_state_dict):
             if "size mismatch" not in str(err) and "key(s) in state_dict" not in str(err):
                 raise
             try:
-                message = describe_mismatch(self.state_dict(), state_dict, _LAST_CHECKPOINT["path"])
+                message = describe_mismatch(self.state_dict(), state_dict, last_loaded_path())
             except Exception:
                 message = None
             if message is None:

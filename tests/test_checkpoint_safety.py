@@ -99,3 +99,18 @@ def test_plain_pickle_global_outside_allowlist_refused(tmp_path):
     torch.save({"model": {}, "x": pickle.PicklingError("not allowed")}, path)
     with pytest.raises(UnsafeCheckpointError):
         load_checkpoint(str(path))
+
+
+def test_ema_reader_refuses_code_and_loads_weights(tmp_path, monkeypatch):
+    """fairseq's EMA reader (--ema-start-update with --restore-file) is protected like the main one,
+    TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD included."""
+    good = tmp_path / "ema.pt"
+    torch.save(_fairseq_like_state({"extra_state": {"ema": {"w": torch.full((2, 2), 3.0)}}}), good)
+    assert torch.equal(checkpoint_utils.load_ema_from_checkpoint(str(good))["model"]["w"], torch.full((2, 2), 3.0))
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil-ema.pt"
+    torch.save(_fairseq_like_state({"extra_state": {"ema": {}, "x": _Evil(marker)}}), evil)
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    with pytest.raises(UnsafeCheckpointError, match=f"Refusing to load checkpoint {evil}"):
+        checkpoint_utils.load_ema_from_checkpoint(str(evil))
+    assert not marker.exists(), "the pickled command ran"

@@ -1,0 +1,301 @@
+"""The plugin's changes to fairseq: one table, exactly what is applied, undoable, switchable.
+
+``deepnmt_fairseq/fairseq_fixes.py`` lists every fairseq (and torch) attribute the plugin
+replaces.  These tests check that the table is the whole truth (no other fairseq attribute
+changes when the fixes are installed), that uninstall() puts back every original object, that
+``DEEPNMT_FAIRSEQ_FIXES`` and another fairseq version leave fairseq's behaviour alone while the
+weights-only checkpoint safety stays on, that every test named in the table exists, and that
+the README lists the same table.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import deepnmt_fairseq  # noqa: F401  (applies the fixes, as --user-dir does)
+from deepnmt_fairseq import fairseq_fixes as ff
+
+REPO = Path(__file__).resolve().parents[1]
+ATTRIBUTE_ROWS = [f for f in ff.FIXES if f.attribute is not None]
+SAFETY = {f.name for f in ff.FIXES if f.kind == "safety"}
+BEHAVIOUR = {f.name for f in ff.FIXES if f.kind == "behaviour"}
+
+
+@pytest.fixture
+def restore_fixes():
+    """Leave the process with the rows that were active before the test."""
+    before = {f.name for f in ff.active()}
+    yield
+    ff.uninstall()
+    ff.install(behaviour=True)
+    ff.uninstall(names=[f.name for f in ff.FIXES if f.name not in before])
+    assert {f.name for f in ff.active()} == before
+
+
+def _fairseq_attributes():
+    """{(module, "attr" or "Class.attr"): object} of every loaded fairseq module and class."""
+    snap = {}
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not (name in ("fairseq", "fairseq_cli") or name.startswith(("fairseq.", "fairseq_cli."))):
+            continue
+        for attr, value in list(vars(mod).items()):
+            snap[(name, attr)] = value
+            if isinstance(value, type) and value.__module__ == name:
+                for cattr, cvalue in list(vars(value).items()):
+                    snap[(name, f"{attr}.{cattr}")] = cvalue
+    return snap
+
+
+def test_the_table_lists_exactly_the_attributes_that_install_replaces(restore_fixes):
+    ff.uninstall()
+    assert ff.active() == ()
+    before = _fairseq_attributes()
+    allowed_before = set(torch.serialization.get_safe_globals())
+    ff.install(behaviour=True)
+    after = _fairseq_attributes()
+    changed = {key for key in before if key in after and after[key] is not before[key]}
+    assert changed == {(f.module, f.attribute) for f in ATTRIBUTE_ROWS}
+    assert not {key for key in before if key not in after}, "install() removed a fairseq attribute"
+    for f in ATTRIBUTE_ROWS:  # each replacement is the row's own (marked with its name)
+        assert getattr(after[(f.module, f.attribute)], "_deepnmt_fairseq_fix") == f.name
+    # the one change that is not an attribute: torch's allow-list grew by the fairseq classes
+    allowed = set(torch.serialization.get_safe_globals())
+    from deepnmt_fairseq.checkpoint_safety import safe_globals
+
+    assert set(safe_globals()) <= allowed and allowed - allowed_before <= set(safe_globals())
+    assert {f.name for f in ff.active()} == SAFETY | BEHAVIOUR
+
+
+def test_uninstall_puts_back_every_original_object(restore_fixes):
+    ff.uninstall()
+    originals = {f.name: ff._current(*ff.resolve(f)) for f in ATTRIBUTE_ROWS}
+    allowed = set(torch.serialization.get_safe_globals())
+    ff.install(behaviour=True)
+    patched = {f.name: ff._current(*ff.resolve(f)) for f in ATTRIBUTE_ROWS}
+    for f in ATTRIBUTE_ROWS:
+        assert patched[f.name] is not originals[f.name], f.name
+        assert ff.original(f.name) is originals[f.name], f.name
+    ff.install(behaviour=True)  # idempotent: nothing wrapped twice
+    ff.install()
+    assert {f.name: ff._current(*ff.resolve(f)) for f in ATTRIBUTE_ROWS} == patched
+    ff.uninstall()
+    for f in ATTRIBUTE_ROWS:  # the checkpoint loaders included
+        assert ff._current(*ff.resolve(f)) is originals[f.name], f.name
+    from fairseq import checkpoint_utils
+
+    assert not hasattr(checkpoint_utils.load_checkpoint_to_cpu, "_deepnmt_safe")
+    assert not hasattr(checkpoint_utils.load_ema_from_checkpoint, "_deepnmt_safe")
+    assert set(torch.serialization.get_safe_globals()) == allowed
+    assert ff.active() == ()
+
+
+def test_behaviour_only_uninstall_keeps_the_safety(restore_fixes):
+    from deepnmt_fairseq import reliability
+
+    ff.install(behaviour=True)
+    reliability.uninstall()
+    assert {f.name for f in ff.active()} == SAFETY and not reliability.installed()
+    ff.install(behaviour=True)
+    assert reliability.installed()
+
+
+# ---------------------------------------------------------------------------- fresh processes
+PROBE = r"""
+import importlib, json, sys, warnings
+rows = json.loads(sys.argv[1])
+import fairseq
+if sys.argv[2]:
+    fairseq.__version__ = sys.argv[2]
+import torch
+
+def current(module, attribute):
+    owner = importlib.import_module(module)
+    *path, attr = attribute.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    return vars(owner)[attr] if isinstance(owner, type) else getattr(owner, attr)
+
+before = {name: current(m, a) for name, m, a in rows}
+allowed = set(torch.serialization.get_safe_globals())
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import deepnmt_fairseq
+    from deepnmt_fairseq import fairseq_fixes
+print("RESULT", json.dumps({
+    "replaced": sorted(name for name, m, a in rows if current(m, a) is not before[name]),
+    "allow_listed": len(set(torch.serialization.get_safe_globals()) - allowed),
+    "active": [f.name for f in fairseq_fixes.active()],
+    "warnings": [f"{w.category.__name__}: {w.message}" for w in caught if "deepnmt" in str(w.message).lower()],
+}))
+"""
+
+
+def _fresh_import(env_value=None, fake_version=""):
+    env = {k: v for k, v in os.environ.items() if k != ff.ENV_VAR}
+    if env_value is not None:
+        env[ff.ENV_VAR] = env_value
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    rows = json.dumps([(f.name, f.module, f.attribute) for f in ATTRIBUTE_ROWS])
+    res = subprocess.run([sys.executable, "-c", PROBE, rows, fake_version], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.split("RESULT ", 1)[1])
+
+
+@pytest.mark.parametrize("value, off", [("0", BEHAVIOUR), ("-keep_last_batch,-cpu_c10d_ddp",
+                                                          {"keep_last_batch", "cpu_c10d_ddp"})])
+def test_env_var_switches_behaviour_fixes_off_but_never_the_safety(value, off):
+    got = _fresh_import(value)
+    attribute_safety = {f.name for f in ATTRIBUTE_ROWS if f.kind == "safety"}
+    assert set(got["replaced"]) == attribute_safety | (BEHAVIOUR - off)
+    assert set(got["active"]) == SAFETY | (BEHAVIOUR - off)
+    assert got["allow_listed"] > 0
+    assert got["warnings"] == []
+
+
+def test_env_var_cannot_switch_the_safety_off():
+    got = _fresh_import("0,-safe_load_checkpoint")
+    assert set(got["active"]) == SAFETY
+    assert any("ignored '-safe_load_checkpoint'" in w and "safety fixes cannot be switched off" in w
+               for w in got["warnings"]), got["warnings"]
+
+
+@pytest.mark.parametrize("env_value", [None, "force"])
+def test_another_fairseq_version_warns_and_gets_only_the_safety(env_value):
+    got = _fresh_import(env_value, fake_version="0.12.2")
+    if env_value == "force":  # the user takes the risk: everything applied, no warning
+        assert set(got["active"]) == SAFETY | BEHAVIOUR and got["warnings"] == []
+        return
+    assert set(got["replaced"]) == {f.name for f in ATTRIBUTE_ROWS if f.kind == "safety"}
+    assert set(got["active"]) == SAFETY and got["allow_listed"] > 0
+    assert len(got["warnings"]) == 1, got["warnings"]
+    warning = got["warnings"][0]
+    assert warning.startswith("FairseqVersionWarning: deepnmt_fairseq: fairseq 0.12.2 is not the version")
+    assert "DEEPNMT_FAIRSEQ_FIXES=force" in warning and "DEEPNMT_FAIRSEQ_FIXES=0" in warning
+
+
+def test_supported_versions():
+    for v in ("0.12.3", "0.12.3.1", "0.12.3+cu118"):
+        assert ff.version_supported(v), v
+    for v in ("0.12.2", "0.12.30", "0.13.0", "1.0.0a0", "unknown", None):
+        assert not ff.version_supported(v), v
+
+
+def test_fixes_flag_lists_every_row_and_its_state():
+    env = dict(os.environ, PYTHONPATH=str(REPO), **{ff.ENV_VAR: "-keep_last_batch"})
+    res = subprocess.run([sys.executable, "-m", "deepnmt_fairseq", "--fixes"], capture_output=True, text=True,
+                         env=env, cwd=REPO, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = res.stdout.strip().splitlines()
+    assert lines[0].startswith("fairseq 0.12.3 (supported); DEEPNMT_FAIRSEQ_FIXES='-keep_last_batch'")
+    states = {line.split()[2]: line.split()[0] for line in lines[1:]}
+    assert states == {f.name: ("off" if f.name == "keep_last_batch" else "on") for f in ff.FIXES}
+    plain = subprocess.run([sys.executable, "-m", "deepnmt_fairseq"], capture_output=True, text=True, env=env,
+                           cwd=REPO, timeout=300)
+    assert plain.stdout.strip() == str(REPO / "deepnmt_fairseq")  # the --user-dir output is unchanged
+
+
+# ---------------------------------------------------------------------------- the table itself
+def _test_ids(path: Path):
+    """Names of the test functions (and Class::method) defined in a test file."""
+    tree = ast.parse(path.read_text())
+    ids = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+            ids.add(node.name)
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            ids |= {f"{node.name}::{n.name}" for n in node.body
+                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test")}
+    return ids
+
+
+def test_every_test_named_in_the_table_exists():
+    assert len({f.name for f in ff.FIXES}) == len(ff.FIXES)
+    for f in ff.FIXES:
+        assert f.kind in ("safety", "behaviour"), f.name
+        assert f.bug and "\n" not in f.bug and "|" not in f.bug, f.name
+        path, _, test = f.test.partition("::")
+        assert (REPO / path).is_file(), f.test
+        assert re.sub(r"\[.*\]$", "", test) in _test_ids(REPO / path), f"{f.test} does not exist"
+
+
+def test_readme_reliability_section_lists_the_table():
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("\n## Reliability\n", 1)[1].split("\n## ", 1)[0]
+    assert ff.markdown_table() in section, "README's table differs from fairseq_fixes.FIXES:\n" + ff.markdown_table()
+    assert ff.ENV_VAR in section
+    doc = (REPO / "docs" / "reliability.md").read_text()
+    assert "fairseq_fixes.py" in doc and ff.ENV_VAR in doc
+
+
+# ---------------------------------------------------------------------------- ddp_bypass_check
+BYPASS_LAUNCHER = r"""
+import sys
+import deepnmt_fairseq
+from deepnmt_fairseq import reliability
+reliability.install()
+from fairseq.criterions import register_criterion
+from fairseq.criterions.cross_entropy import CrossEntropyCriterion
+
+
+class Direct:
+    # model(**net_input) computed as model.decoder(model.encoder(...)): what a criterion does
+    # that calls the parts directly (it gets the DDP wrapper, whose attributes reach the model)
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, src_tokens, src_lengths, prev_output_tokens, **kwargs):
+        encoder_out = self.model.encoder(src_tokens, src_lengths=src_lengths)
+        return self.model.decoder(prev_output_tokens, encoder_out=encoder_out)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+@register_criterion("deepnmt_test_bypass_ddp")
+class BypassDDP(CrossEntropyCriterion):
+    def forward(self, model, sample, reduce=True):
+        return super().forward(Direct(model), sample, reduce=reduce)
+
+
+from fairseq_cli.train import cli_main
+sys.argv = ["fairseq-train"] + sys.argv[1:]
+cli_main()
+"""
+
+
+@pytest.mark.slow
+def test_c10d_criterion_that_bypasses_ddp_forward_is_stopped(data_bin, tmp_path):
+    """Without the check both ranks train on their own gradients (no error, diverging replicas)."""
+    from test_distributed import _argv, _free_port, _wait
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    for _attempt in range(2):  # another process may take the free port before rank 0 binds it
+        port, procs, logs = _free_port(), [], []
+        for rank in range(2):
+            argv = _argv(data_bin, tmp_path / "ckpt", ["--encoder-layers", "1", "--decoder-layers", "1"],
+                         ["--criterion", "deepnmt_test_bypass_ddp"], 2, [
+                             "--distributed-world-size", "2", "--distributed-rank", str(rank),
+                             "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-no-spawn",
+                             "--distributed-backend", "gloo", "--ddp-backend", "c10d"])
+            logs.append(tmp_path / f"rank{rank}.log")
+            procs.append(subprocess.Popen([sys.executable, "-c", BYPASS_LAUNCHER, *argv], env=env,
+                                          stdout=open(logs[-1], "w"), stderr=subprocess.STDOUT))
+        results = _wait(procs, logs)
+        if not any("Address already in use" in log for _rc, log in results):
+            break
+    for rank, (rc, log) in enumerate(results):
+        assert rc != 0 and "DDPBypassError" in log, f"rank {rank} ({rc}):\n{log[-3000:]}"
+        assert "BypassDDP computed the loss without calling the model through DistributedDataParallel" in log
+        assert "--ddp-backend legacy_ddp" in log
+    assert not (tmp_path / "ckpt" / "checkpoint_1_1.pt").exists()  # stopped before the first update
