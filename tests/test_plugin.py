@@ -44,13 +44,21 @@ def test_second_copy_of_the_plugin_fails_clearly(tmp_path):
                     ignore=shutil.ignore_patterns("__pycache__"))
     res = _run("""
         import deepnmt_fairseq
+        from deepnmt_fairseq import fairseq_fixes
+        from fairseq.data import data_utils
+        from fairseq import checkpoint_utils
         try:
             import deepnmt_copy
         except ImportError as e:
             print("REFUSED:", e)
+        # the copy's fairseq_fixes.install() ran before the refusal: it must not wrap fairseq twice
+        assert not hasattr(data_utils.batch_by_size.__wrapped__, "__wrapped__")
+        assert checkpoint_utils.PathManager.__module__ == "deepnmt_fairseq.reliability"
+        assert len(fairseq_fixes.active()) == len(fairseq_fixes.FIXES)
     """, extra_path=[tmp_path])
     assert "REFUSED: another copy of deepnmt_fairseq is already registered" in res.stdout, res.stderr[-2000:]
     assert str(tmp_path / "deepnmt_copy") in res.stdout
+    assert res.returncode == 0, res.stderr[-2000:]
 
 
 def test_user_dir_import_from_a_renamed_checkout_works_alone(tmp_path):
