@@ -271,9 +271,10 @@ def forward_flops(model, p, decoding=False):
         per_src += attention(S, 4 * d * d) + ffn
         if getattr(layer, "_context", False):  # MSC Eq. 12: ATTN_c over C^{n-1} + gate
             per_src += attention(S, 4 * d * d) + gate
-    if getattr(enc, "context_cell", None) is not None:  # one GRU step per block
-        per_src += len(enc.msc_blocks) * 12 * d * d
-    if getattr(enc, "layer_mix", None) is not None:  # (N+1)-way mix per memory
+    memory = getattr(enc, "memory", None)  # None: stock fairseq encoder
+    if getattr(memory, "context_cell", None) is not None:  # one GRU step per block
+        per_src += len(memory.blocks) * 12 * d * d
+    if getattr(memory, "layer_mix", None) is not None:  # (N+1)-way mix per memory
         per_src += (len(enc.layers) + 1) * len(dec.layers) * 2 * d
     per_tgt = 2 * d * V  # output projection
     cad = getattr(dec, "cad_probs", [0.0] * len(dec.layers))

@@ -12,6 +12,8 @@ import pytest
 import torch
 from fairseq.logging import metrics
 
+from deepnmt_fairseq.memories.transparent import WEIGHT_KEY
+
 from fairseq_helpers import USER_DIR, build_model, random_batch, run_cli, tiny_model_flags, train
 
 NO_DROPOUT = ["--dropout", "0", "--attention-dropout", "0", "--activation-dropout", "0"]
@@ -169,12 +171,12 @@ def test_mixing_weights_logged_equal_the_models():
     model = build_model(extra=["--encoder-layers", 3, "--decoder-layers", 2, "--deep-memory", "transparent",
                                "--transparent-dropout", "0.5", *tiny_model_flags()], seed=6)
     with torch.no_grad():
-        model.encoder.layer_mix.weight.normal_(0, 1)
+        model.encoder.memory.layer_mix.weight.normal_(0, 1)
     task = make_task(model, log_diagnostics_every=2, log_mixing_weights=True)
     crit = make_criterion(task)
     logged = run_update(task, model, crit, [make_sample(model, 7)], update_num=1)
-    expected = torch.softmax(model.encoder.layer_mix.weight.detach(), dim=0)  # eval: no dropout on W
-    assert model.encoder.layer_mix.training  # left in training mode
+    expected = torch.softmax(model.encoder.memory.layer_mix.weight.detach(), dim=0)  # eval: no dropout on W
+    assert model.encoder.memory.layer_mix.training  # left in training mode
     for i in range(4):
         for j in range(2):
             assert logged[f"mix_{i}_{j + 1}"] == pytest.approx(float(expected[i, j]), rel=1e-5)
@@ -367,7 +369,7 @@ def test_training_logs_carry_the_diagnostics(runs):
             continue
         compared += 1
         path = found[0]
-        s = torch.softmax(load_checkpoint(str(path))["model"]["encoder.layer_mix.weight"].float(), 0)
+        s = torch.softmax(load_checkpoint(str(path))["model"][WEIGHT_KEY].float(), 0)
         for i in range(5):
             for j in range(2):
                 assert float(l[f"mix_{i}_{j + 1}"]) == pytest.approx(float(s[i, j]), rel=1e-4, abs=1e-6)
@@ -411,7 +413,7 @@ def test_plot_commands_write_png_and_the_logged_numbers(runs, tmp_path):
     assert plot.main(["mixing", "--checkpoint", str(ckpt), "--out", str(out)]) == 0
     from deepnmt_fairseq.checkpoint_safety import load_checkpoint
 
-    s = torch.softmax(load_checkpoint(str(ckpt))["model"]["encoder.layer_mix.weight"].float(), 0)
+    s = torch.softmax(load_checkpoint(str(ckpt))["model"][WEIGHT_KEY].float(), 0)
     for r in _csv(out / "mixing_checkpoint.csv"):
         assert float(r["s"]) == pytest.approx(float(s[int(r["i"]), int(r["j"]) - 1]), rel=1e-6)
     assert plot.main(["gates", msc, "--out", str(out)]) == 0

@@ -128,7 +128,7 @@ def test_msc_memory_is_block_output_and_context_chain():
         for n, end in enumerate(ends):
             block = model.encoder.layer_norm(states[end])
             assert torch.allclose(mem[n, :T], block, atol=1e-6)
-            c = model.encoder.context_cell(c, block)
+            c = model.encoder.memory.context_cell(c, block)
             assert torch.allclose(mem[n, T:], c, atol=1e-6)
 
 
@@ -153,12 +153,12 @@ def test_msc_decoder_layer_n_attends_block_n():
 def test_transparent_memory_is_normalised_softmax_mix():
     model = _model("transparent").eval()
     with torch.no_grad():
-        model.encoder.layer_mix.weight.normal_()
+        model.encoder.memory.layer_mix.weight.normal_()
     src, lens, _ = random_batch(model)
     with torch.no_grad():
         enc = model.encoder(src, lens, return_all_hiddens=True)
         states = torch.stack(enc["encoder_states"])
-        s = torch.softmax(model.encoder.layer_mix.weight, 0)
+        s = torch.softmax(model.encoder.memory.layer_mix.weight, 0)
         for j in range(3):
             z = model.encoder.layer_norm((s[:, j, None, None, None] * states).sum(0))
             assert torch.allclose(enc["deepnmt_memory"][0][j], z, atol=1e-5)
@@ -212,7 +212,7 @@ def test_msc_table2_parameter_counts(arch, paper):
 def test_named_architectures_set_defaults_but_flags_win():
     model = build_model("msc_iwslt_36l", ["--dropout", "0.2"], vocab=30)
     assert len(model.encoder.layers) == 36 and len(model.decoder.layers) == 6
-    assert model.encoder.msc_blocks == [6] * 6
+    assert model.encoder.memory.blocks == [6] * 6
     assert model.encoder.dropout_module.p == 0.2
     assert model.encoder.layer_norm is not None  # pre-norm
     post = build_model("postnorm_iwslt_6l", [], vocab=30)

@@ -144,7 +144,9 @@ def test_beam_search_alone_equals_in_padded_batch(name):
     for i, n in enumerate(lengths):
         (alone,) = _beam(model, src[i: i + 1, 9 - n:], lens[i: i + 1])
         assert alone[0] == batch[i][0], f"sentence {i}: {alone[0]} vs {batch[i][0]}"
-        assert abs(alone[1] - batch[i][1]) <= 1e-9
+        # fairseq's SequenceGenerator accumulates scores in float32 whatever the model's dtype,
+        # so the float64 model's (equal to ~1e-15) log-probs may round to neighbouring floats
+        assert abs(alone[1] - batch[i][1]) <= 8 * torch.finfo(torch.float32).eps * max(1.0, abs(batch[i][1]))
 
 
 # ---------------------------------------------------------------- RNG contract of fairseq

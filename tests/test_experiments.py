@@ -118,6 +118,7 @@ def test_every_experiment_parses_with_fairseqs_parser():
     from fairseq.criterions import CRITERION_REGISTRY
     from fairseq.models import ARCH_MODEL_REGISTRY
 
+    from deepnmt_fairseq.memories.msc import block_sizes
     from deepnmt_fairseq.models.options import DeepTransformerOptions
     from deepnmt_fairseq.modules.cross_attention_drop import drop_probabilities
     from deepnmt_fairseq.modules.group_permutation import check_group_size
@@ -141,7 +142,7 @@ def test_every_experiment_parses_with_fairseqs_parser():
             assert args.source_lang, args.target_lang == DATASETS[exp.dataset]
             opts = DeepTransformerOptions.from_args(args)
             if opts.deep_memory == "msc":
-                assert sum(opts.block_sizes(args.encoder_layers, args.decoder_layers)) == args.encoder_layers
+                assert sum(block_sizes(opts.msc_block_layers, args.encoder_layers, args.decoder_layers)) == args.encoder_layers
             drop_probabilities(args.decoder_layers, opts.cad_drop_depth, opts.cad_drop_ratio)
             check_group_size(args.encoder_layers, opts.gp_group_size)
             check_group_size(args.decoder_layers, opts.gp_decoder_group_size, "--gp-decoder-group-size")

@@ -35,6 +35,9 @@ from typing import List, Optional
 import torch
 
 from ..console import quiet_known_warnings
+from ..memories.base import upgrade_memory_keys
+from ..memories.msc import block_sizes
+from ..memories.transparent import WEIGHT_KEY as TRANSPARENT_WEIGHT
 
 logger = logging.getLogger("deepnmt_fairseq.extract_student")
 
@@ -72,6 +75,7 @@ def remap_state(model_state: dict, enc_keep: Optional[List[int]], dec_keep: Opti
     maps = {"encoder": {old: new for new, old in enumerate(enc_keep)} if enc_keep is not None else None,
             "decoder": {old: new for new, old in enumerate(dec_keep)} if dec_keep is not None else None}
     out = {}
+    model_state = upgrade_memory_keys(dict(model_state))
     for key, value in model_state.items():
         m = _LAYER_KEY.match(key)
         if m and maps[m.group(1)] is not None:
@@ -79,7 +83,7 @@ def remap_state(model_state: dict, enc_keep: Optional[List[int]], dec_keep: Opti
             if idx in maps[side]:
                 out[f"{side}.layers.{maps[side][idx]}.{rest}"] = value
             continue
-        if key == "encoder.layer_mix.weight":  # transparent W: (N+1 encoder outputs, M decoder layers)
+        if key == TRANSPARENT_WEIGHT:  # transparent W: (N+1 encoder outputs, M decoder layers)
             if enc_keep is not None:  # the embedding row and each group's output row
                 value = value[[0] + [(g + 1) * enc_group for g in range(len(enc_keep))]]
             if dec_keep is not None:  # the kept decoder layers' columns
@@ -111,9 +115,7 @@ def extract(state: dict, enc_group: int = 1, dec_group: int = 1, how: str = "ran
         enc_group = n_enc // len(enc_keep)
         new_args.encoder_layers = len(enc_keep)
         if getattr(args, "deep_memory", "top") == "msc":
-            from ..models.options import DeepTransformerOptions
-
-            blocks = DeepTransformerOptions.from_args(args).block_sizes(n_enc, n_dec)
+            blocks = block_sizes(getattr(args, "msc_block_layers", None), n_enc, n_dec)
             if any(m % enc_group for m in blocks):
                 raise ValueError(f"--encoder-group-size {enc_group} must divide every MSC block {blocks}")
             new_args.msc_block_layers = ",".join(str(m // enc_group) for m in blocks)

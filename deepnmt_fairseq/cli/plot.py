@@ -122,10 +122,13 @@ def _mixing_from_checkpoint(path: str):
 
     from ..checkpoint_safety import load_checkpoint
 
+    from ..memories.base import upgrade_memory_keys
+    from ..memories.transparent import WEIGHT_KEY
+
     state = load_checkpoint(path)
-    weight = state.get("model", {}).get("encoder.layer_mix.weight")
+    weight = upgrade_memory_keys(dict(state.get("model", {}))).get(WEIGHT_KEY)
     if weight is None:
-        raise PlotError(f"{path} has no transparent-attention weights (encoder.layer_mix.weight): the model "
+        raise PlotError(f"{path} has no transparent-attention weights ({WEIGHT_KEY}): the model "
                         f"was not trained with --deep-memory transparent")
     return torch.softmax(weight.float(), dim=0).tolist()  # eval mode: no dropout on W (Bapna Eq. 1)
 

@@ -7,10 +7,14 @@ parameter counts next to the papers' are printed by
 
 from __future__ import annotations
 
+from dataclasses import MISSING, fields
+
 from fairseq.models import register_model_architecture
 from fairseq.models.transformer.transformer_legacy import base_architecture
 
+from ..memories.msc import encoder_layers_of
 from .deep_transformer import MODEL_NAME
+from .options import DeepTransformerOptions
 
 # name -> (paper, table row, paper's parameter count in millions or None)
 PAPER_ROWS = {}
@@ -38,20 +42,13 @@ def _set(args, **defaults):
 @register_model_architecture(MODEL_NAME, MODEL_NAME)
 def deep_base_architecture(args):
     """Transformer base, pre-norm by default (Wang et al. 2019a, the papers' baseline);
-    ``--post-norm`` switches both stacks to post-norm."""
-    post = getattr(args, "post_norm", False)
-    _set(args, encoder_normalize_before=not post, decoder_normalize_before=not post, deep_memory="top",
-         msc_fusion="gate", msc_context_cell="gru", msc_no_encoder_context=False,
-         transparent_dropout=0.1, cad_drop_depth=0, cad_drop_ratio=0.0, ssl_rate=0.0,
-         ssl_mode="sublayer", ssl_decoder=False, ssl_start_update=0, gp_group_size=1,
-         gp_decoder_group_size=1, rpr_max_relative_position=0, rpr_values=False,
-         msc_block_layers=None, post_norm=post)
+    ``--post-norm`` switches both stacks to post-norm.  The plugin's own options take
+    their defaults from :class:`DeepTransformerOptions` (written once, there)."""
+    _set(args, **{f.name: f.default for f in fields(DeepTransformerOptions)
+                  if not f.name.startswith("_") and f.default is not MISSING})
+    _set(args, encoder_normalize_before=not args.post_norm, decoder_normalize_before=not args.post_norm)
     if args.deep_memory == "msc" and getattr(args, "encoder_layers", None) is None:
-        spec = args.msc_block_layers
-        if spec not in (None, ""):
-            sizes = [int(s) for s in str(spec).split(",") if s.strip()]
-            n_blocks = getattr(args, "decoder_layers", None) or 6
-            args.encoder_layers = sum(sizes) if len(sizes) > 1 else sizes[0] * n_blocks
+        args.encoder_layers = encoder_layers_of(args.msc_block_layers, getattr(args, "decoder_layers", None) or 6)
     base_architecture(args)
 
 

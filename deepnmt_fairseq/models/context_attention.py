@@ -39,6 +39,13 @@ from torch import Tensor
 from ..modules.gated_fusion import GatedFusion
 
 
+def additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """An attention mask as additive logits: a bool mask (True = masked) becomes -inf/0."""
+    if mask.dtype == torch.bool:
+        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(mask, float("-inf"))
+    return mask.to(dtype)
+
+
 class ContextFusionAttention(MultiheadAttention):
     def __init__(
         self,
@@ -130,10 +137,10 @@ class ContextFusionAttention(MultiheadAttention):
 
         bias = None  # additive (B or 1, 2H or 1, T or 1, S)
         if mask is not None:
-            bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(mask.bool(), float("-inf"))
-            bias = bias.view(bsz, 1, 1, src_len)
+            bias = additive_mask(mask.bool(), q.dtype).view(bsz, 1, 1, src_len)
         if attn_mask is not None:
-            bias = attn_mask.to(q.dtype) if bias is None else bias + attn_mask.to(q.dtype)
+            causal = additive_mask(attn_mask, q.dtype)
+            bias = causal if bias is None else bias + causal
         rel = self.relative_logits(q_h * self.scaling, src_len, src_len - tgt_len)
         if rel is not None:
             rel = torch.cat([rel, rel.new_zeros(rel.shape)], dim=1)

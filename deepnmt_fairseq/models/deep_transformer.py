@@ -12,24 +12,21 @@ Data flow::
     -> one *memory* per decoder layer -> decoder layers (each attends to its
     memory, may drop its cross-attention (CAD)) -> output projection
 
-The encoder builds every memory once and stores them in ``encoder_out`` under
-``deepnmt_memory`` (a single ``(M, T', B, d)`` tensor, one slice per decoder
-layer) and ``deepnmt_memory_padding_mask`` ``(B, T')``; ``reorder_encoder_out``
-reorders them like fairseq's own keys, so beam search needs nothing else.
+The encoder builds every memory once with its memory module (``build_memory``, the
+extension point; one module per method in :mod:`deepnmt_fairseq.memories`: top,
+transparent, MSC) and stores them in ``encoder_out`` under ``deepnmt_memory`` (a single
+``(M, T', B, d)`` tensor, one slice per decoder layer) and
+``deepnmt_memory_padding_mask`` ``(B, T')``; ``reorder_encoder_out`` reorders them like
+fairseq's own keys, so beam search needs nothing else.
 
-* ``top``:          no extra memory, every decoder layer reads ``encoder_out``.
-* ``transparent``:  memory j = LN(sum_i s_ij h^i) (Bapna et al. 2018, Eq. 2;
-                    the final encoder LayerNorm is applied to the mix in pre-norm
-                    models, where layer outputs are not normalised).
-* ``msc``:          memory n = [B_e^n ; C^n] along time (Wei et al. 2020, Eq. 7,
-                    13), where B_e^n is block n's output passed through the
-                    encoder's final LayerNorm (pre-norm) and C^n = Q(C^{n-1}, B_e^n)
-                    (Eq. 9); without context cell, memory n = B_e^n.
+Code adapted from fairseq 0.12.3 carries a ``copied from`` marker (:data:`ADAPTED_FROM`);
+``tests/test_fairseq_copies.py`` fails when the installed fairseq's original changes.
 """
 
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -46,11 +43,11 @@ from fairseq.modules import transformer_layer
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from torch import Tensor
 
-from ..modules.context_cell import ContextCell
-from ..modules.cross_attention_drop import drop_probabilities, sample_keep
+from ..memories import MEMORY_KEY, MEMORY_MASK_KEY, EncoderMemory, decoder_memories, memory_class, reorder
+from ..memories.base import upgrade_memory_keys
+from ..modules.cross_attention_drop import drop_probabilities, layers_without_cross_attention, sample_keep
 from ..modules.group_permutation import check_group_size, layer_order
-from ..modules.layer_mix import LayerMix
-from ..modules.sublayer_skip import SublayerSkip
+from ..modules.sublayer_skip import BranchScales, SublayerSkip, scale_branch
 from .context_attention import ContextFusionAttention
 from .relative_attention import RelativeContextFusionAttention, RelativeMultiheadAttention
 from .options import DeepTransformerOptions
@@ -58,8 +55,17 @@ from .options import DeepTransformerOptions
 logger = logging.getLogger(__name__)
 
 MODEL_NAME = "deepnmt_transformer"
-MEMORY_KEY = "deepnmt_memory"
-MEMORY_MASK_KEY = "deepnmt_memory_padding_mask"
+
+#: Methods adapted from fairseq rather than inherited: ours -> (fairseq file, qualified name,
+#: version, sha256 of the original's source).  ``tests/test_fairseq_copies.py`` checks the hashes.
+ADAPTED_FROM = {
+    "DeepTransformerEncoder.forward_scriptable": (
+        "fairseq/models/transformer/transformer_encoder.py", "TransformerEncoderBase.forward_scriptable",
+        "0.12.3", "d14f4646ff38666d03b216d34af2af266f7966d14863c9c44d0b5eb299d5f369"),
+    "DeepTransformerDecoder.extract_features_scriptable": (
+        "fairseq/models/transformer/transformer_decoder.py", "TransformerDecoderBase.extract_features_scriptable",
+        "0.12.3", "a58c59d945aeb348d3c5f553a944998ce6845705a9575109f9d91e8a35b2ebec"),
+}
 
 
 def _wrap_layer(layer: nn.Module, cfg) -> nn.Module:
@@ -101,25 +107,27 @@ def _layerdrop_coins(p: float, n: int, training: bool) -> List[bool]:
 class BranchScaleMixin:
     """Residual hook: x_{l+1} = s * F(x_l) + x_l for the sub-layers of one call.
 
-    ``branch_scales`` lists one multiplier per residual connection of the layer
-    (None = 1).  A skipped branch (s = 0) is multiplied by zero rather than cut
-    off, so its parameters stay in the autograd graph (no DDP unused-parameter
-    failure; their gradient is exactly zero).
+    fairseq's layers call ``residual_connection(x, residual)`` once per sub-layer and
+    give the hook no per-call argument, so the layer's ``forward`` takes the call's
+    multipliers explicitly (``branch_scales``, one per residual connection, None = 1)
+    and holds them, as a :class:`BranchScales` iterator, only for the duration of
+    that call (:meth:`_branches`).
     """
 
-    _branch_scales: Optional[List[Optional[float]]] = None
-    _branch_index: int = 0
+    _scales: Optional[BranchScales] = None
     _residual: bool = True  # False: "Baseline - residuals" (Bapna et al. 2018 Table 1)
 
+    @contextmanager
+    def _branches(self, scales: Optional[List[Optional[float]]]):
+        self._scales = BranchScales(scales) if scales is not None else None
+        try:
+            yield
+        finally:
+            self._scales = None
+
     def residual_connection(self, x, residual):
-        scales = self._branch_scales
-        if scales is not None:
-            s = scales[self._branch_index]
-            self._branch_index += 1
-            if s == 0.0:  # skipped: zero (not NaN, even if the branch overflowed in fp16)
-                x = torch.nan_to_num(x * 0.0, nan=0.0, posinf=0.0, neginf=0.0)
-            elif s is not None and s != 1.0:
-                x = x * s
+        if self._scales is not None:
+            x = scale_branch(x, self._scales.next())
         return residual + x if self._residual else x
 
 
@@ -158,11 +166,10 @@ class DeepEncoderLayer(BranchScaleMixin, transformer_layer.TransformerEncoderLay
         """x: ``(T, B, d)``; context: C^{n-1} ``(T, B, d)`` for MSC layers."""
         if self._context:
             self.self_attn.set_context(context, context_padding_mask)
-        self._branch_scales, self._branch_index = branch_scales, 0
         try:
-            return super().forward(x, encoder_padding_mask, attn_mask)
+            with self._branches(branch_scales):
+                return super().forward(x, encoder_padding_mask, attn_mask)
         finally:
-            self._branch_scales = None
             if self._context:
                 self.self_attn.set_context(None, None)
 
@@ -210,16 +217,13 @@ class DeepDecoderLayer(BranchScaleMixin, transformer_layer.TransformerDecoderLay
         if branch_scales is not None:
             cross = self.encoder_attn is not None and encoder_out is not None
             branch_scales = [branch_scales[0]] + ([None] if cross else []) + [branch_scales[1]]
-        self._branch_scales, self._branch_index = branch_scales, 0
-        try:
+        with self._branches(branch_scales):
             return super().forward(
                 x, encoder_out, encoder_padding_mask, incremental_state,
                 prev_self_attn_state=prev_self_attn_state, prev_attn_state=prev_attn_state,
                 self_attn_mask=self_attn_mask, self_attn_padding_mask=self_attn_padding_mask,
                 need_attn=need_attn, need_head_weights=need_head_weights,
             )
-        finally:
-            self._branch_scales = None
 
 
 class _SkipScheduleMixin:
@@ -259,46 +263,39 @@ class _SkipScheduleMixin:
 
 
 class DeepTransformerEncoder(_SkipScheduleMixin, TransformerEncoderBase):
+    """fairseq's Transformer encoder whose layers may be permuted (GP), skipped (SSL,
+    LayerDrop) and read a context state, and whose memory module decides what the
+    decoder attends to (:meth:`build_memory`)."""
+
     def __init__(self, cfg, dictionary, embed_tokens):
         self.opts = DeepTransformerOptions.from_args(cfg)
         n_layers, n_dec = cfg.encoder.layers, cfg.decoder.layers
-        self.msc_blocks: Optional[List[int]] = None
-        if self.opts.deep_memory == "msc":
-            self.msc_blocks = self.opts.block_sizes(n_layers, n_dec)
-            if self.opts.gp_group_size > 1 and any(m % self.opts.gp_group_size for m in self.msc_blocks):
-                raise ValueError(
-                    f"--gp-group-size {self.opts.gp_group_size} must divide every MSC block "
-                    f"({self.opts.msc_block_layers or self.msc_blocks}): a permutation may not "
-                    f"move a layer to another block, whose context state differs"
-                )
-        if self.opts.deep_memory == "transparent" and n_layers < 1:
-            raise ValueError("--deep-memory transparent needs --encoder-layers >= 1")
         if self.opts.gp_group_size > 1:
             check_group_size(n_layers, self.opts.gp_group_size, "--gp-group-size")
-        self._layer_context = self.opts.msc_context and not self.opts.msc_no_encoder_context
+        # the layers are built inside fairseq's __init__ and must know whether they read a context
+        memory_cls = memory_class(self.opts)
+        memory_cls.check(self.opts, n_layers, n_dec)
+        self._layers_read_context = memory_cls.encoder_layers_read_context(self.opts)
         super().__init__(cfg, dictionary, embed_tokens)
-        dim = embed_tokens.embedding_dim
-        self.num_memories = n_dec
-        self.layer_mix = (
-            LayerMix(n_layers + 1, n_dec, self.opts.transparent_dropout)
-            if self.opts.deep_memory == "transparent" else None
-        )
-        self.context_cell = (
-            ContextCell(dim, self.opts.msc_context_cell, cfg.encoder.ffn_embed_dim)
-            if self.opts.msc_context else None
-        )
+        self.memory = self.build_memory(cfg, embed_tokens.embedding_dim)
         self.init_skip(n_layers, self.opts.ssl_rate > 0)
-        if self.msc_blocks is not None:
-            ends = torch.tensor(self.msc_blocks).cumsum(0) - 1
-            self._block_end = set(ends.tolist())
-            self._block_of = [n for n, m in enumerate(self.msc_blocks) for _ in range(m)]
+
+    def build_memory(self, cfg, embed_dim: int) -> EncoderMemory:
+        """Extension point: the module that turns the layers' outputs into the decoder's memories."""
+        return memory_class(self.opts).build(self.opts, cfg.encoder.layers, cfg.decoder.layers, embed_dim,
+                                             cfg.encoder.ffn_embed_dim)
 
     def build_encoder_layer(self, cfg):
-        return _wrap_layer(DeepEncoderLayer(cfg, self.opts, context=self._layer_context), cfg)
+        return _wrap_layer(DeepEncoderLayer(cfg, self.opts, context=self._layers_read_context), cfg)
 
     def forward_scriptable(self, src_tokens, src_lengths: Optional[Tensor] = None,
                            return_all_hiddens: bool = False, token_embeddings: Optional[Tensor] = None):
-        """Returns fairseq's encoder dict plus the per-decoder-layer memories."""
+        """fairseq's encoder dict plus the per-decoder-layer memories.
+
+        Copied from fairseq 0.12.3 ``fairseq/models/transformer/transformer_encoder.py``
+        (``TransformerEncoderBase.forward_scriptable``, see :data:`ADAPTED_FROM`), with the
+        layer loop changed: layer order (GP), branch scales (SSL), LayerDrop, memory module.
+        """
         padding_mask = src_tokens.eq(self.padding_idx)
         has_pads = bool(padding_mask.any())
         x, encoder_embedding = self.forward_embedding(src_tokens, token_embeddings)
@@ -306,91 +303,98 @@ class DeepTransformerEncoder(_SkipScheduleMixin, TransformerEncoderBase):
             x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
         x = x.transpose(0, 1)  # T x B x C
         pad = padding_mask if has_pads else None
+        final_norm = self.layer_norm if self.layer_norm is not None else _identity
 
-        keep_states = return_all_hiddens or self.layer_mix is not None
-        states: List[Tensor] = [x] if keep_states else []
+        states: List[Tensor] = [x] if return_all_hiddens else []
+        run = self.memory.start(x, padding_mask, pad, final_norm)
         order = layer_order(self.num_layers, self.opts.gp_group_size, self.training)
         scales = self.draw_branch_scales()
         dropped = _layerdrop_coins(self.encoder_layerdrop, self.num_layers, self.training)
-        context = x if self.context_cell is not None else None  # C^0 (Eq. 9)
-        block_memories: List[Tensor] = []
 
         for pos, idx in enumerate(order):
+            x, kwargs = run.layer_input(pos, x)
             if dropped[pos]:
                 tie = graph_tie(self.layers[idx])
                 if tie is not None:
                     x = x + tie
             else:
-                kwargs: Dict[str, Any] = {}
-                if self._layer_context:
-                    kwargs["context"], kwargs["context_padding_mask"] = context, pad
                 if scales is not None:
                     kwargs["branch_scales"] = scales[2 * pos: 2 * pos + 2]
                 x = self.layers[idx](x, encoder_padding_mask=pad, **kwargs)
-            if keep_states:
+            run.observe(pos, x)
+            if return_all_hiddens:
                 states.append(x)
-            if self.msc_blocks is not None and pos in self._block_end:
-                block = self.layer_norm(x) if self.layer_norm is not None else x  # B_e^n
-                if self.context_cell is not None:
-                    context = self.context_cell(context, block)  # C^n (Eq. 9)
-                    block_memories.append(torch.cat([block, context], dim=0))
-                else:
-                    block_memories.append(block)
 
-        top = self.layer_norm(x) if self.layer_norm is not None else x
         out = {
-            "encoder_out": [top],
+            "encoder_out": [final_norm(x)],
             "encoder_padding_mask": [padding_mask],
             "encoder_embedding": [encoder_embedding],
-            "encoder_states": states if return_all_hiddens else [],
+            "encoder_states": states,
             "fc_results": [],
             "src_tokens": [],
             "src_lengths": [src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1)],
         }
-        if self.layer_mix is not None:
-            mixed = self.layer_mix(torch.stack(states))
-            if self.layer_norm is not None:
-                mixed = self.layer_norm(mixed)
-            out[MEMORY_KEY], out[MEMORY_MASK_KEY] = [mixed], [padding_mask]
-        elif block_memories:
-            out[MEMORY_KEY] = [torch.stack(block_memories)]
-            mask = padding_mask if self.context_cell is None else torch.cat([padding_mask, padding_mask], 1)
-            out[MEMORY_MASK_KEY] = [mask]
+        memories = run.finish()
+        if memories is not None:
+            out[MEMORY_KEY], out[MEMORY_MASK_KEY] = [memories[0]], [memories[1]]
         return out
 
     @torch.jit.export
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order):
         out = super().reorder_encoder_out(encoder_out, new_order)
-        if len(encoder_out.get(MEMORY_KEY, [])) > 0:
-            out[MEMORY_KEY] = [encoder_out[MEMORY_KEY][0].index_select(2, new_order)]
-            out[MEMORY_MASK_KEY] = [encoder_out[MEMORY_MASK_KEY][0].index_select(0, new_order)]
+        reorder(encoder_out, out, new_order)
         return out
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        """Checkpoints written before the memory modules: ``encoder.layer_mix.*`` and
+        ``encoder.context_cell.*`` now live under ``encoder.memory.``."""
+        upgrade_memory_keys(state_dict, name)
+        return super().upgrade_state_dict_named(state_dict, name)
+
+
+def _identity(x: Tensor) -> Tensor:
+    return x
 
 
 class DeepTransformerDecoder(_SkipScheduleMixin, TransformerDecoderBase):
+    """fairseq's Transformer decoder whose layer n attends to memory n, may drop its
+    cross-attention (CAD), be permuted (GP) or skipped (SSL, LayerDrop)."""
+
     def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
         self.opts = DeepTransformerOptions.from_args(cfg)
         n = cfg.decoder.layers
         self.cad_probs = drop_probabilities(n, self.opts.cad_drop_depth, self.opts.cad_drop_ratio)
+        self._no_cross = layers_without_cross_attention(self.cad_probs)
         if self.opts.gp_decoder_group_size > 1:
             check_group_size(n, self.opts.gp_decoder_group_size, "--gp-decoder-group-size")
-            if self.opts.deep_memory == "msc":
-                raise ValueError(
-                    "--gp-decoder-group-size cannot be combined with --deep-memory msc: decoder "
-                    "layer n is tied to encoder block n (block-scale collaboration, Eq. 7)"
-                )
+        self._layers_read_context = memory_class(self.opts).decoder_layers_read_context(self.opts)
         self._built = 0
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn, output_projection)
         self.init_skip(n, self.opts.ssl_rate > 0 and self.opts.ssl_decoder)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         idx, self._built = self._built, self._built + 1
-        no_attn = no_encoder_attn or (idx < len(self.cad_probs) and self.cad_probs[idx] >= 1.0)
-        layer = DeepDecoderLayer(cfg, no_attn, self.opts, context=self.opts.msc_context)
+        no_attn = no_encoder_attn or (idx < len(self._no_cross) and self._no_cross[idx])
+        layer = DeepDecoderLayer(cfg, no_attn, self.opts, context=self._layers_read_context)
         return _wrap_layer(layer, cfg)
 
+    def buffered_future_mask(self, tensor):
+        """The causal mask as bool (True = masked), the dtype of the padding mask that
+        fairseq's attention passes to torch (a float mask beside a bool one makes torch
+        warn "mismatched key_padding_mask and attn_mask" on every step)."""
+        dim = tensor.size(0)
+        mask = self._future_mask
+        if mask.dtype != torch.bool or mask.device != tensor.device or mask.size(0) < dim:
+            mask = torch.ones(dim, dim, dtype=torch.bool, device=tensor.device).triu(1)
+            self._future_mask = mask
+        return mask[:dim, :dim]
+
     def embed(self, prev_output_tokens, incremental_state=None) -> Tensor:
-        """Token + position embedding of the decoder input, ``(T, B, d)``."""
+        """Token + position embedding of the decoder input, ``(T, B, d)``.
+
+        Copied from fairseq 0.12.3 (the embedding part of
+        ``TransformerDecoderBase.extract_features_scriptable``, see :data:`ADAPTED_FROM`).
+        """
         positions = None
         if self.embed_positions is not None:
             positions = self.embed_positions(prev_output_tokens, incremental_state=incremental_state)
@@ -409,23 +413,16 @@ class DeepTransformerDecoder(_SkipScheduleMixin, TransformerDecoderBase):
             x = self.layernorm_embedding(x)
         return self.dropout_module(x).transpose(0, 1)
 
-    def memories(self, encoder_out: Optional[Dict[str, List[Tensor]]]):
-        """(per-layer memory or None, padding mask) for every decoder layer."""
-        if encoder_out is None or len(encoder_out.get("encoder_out", [])) == 0:
-            return [None] * self.num_layers, None
-        if len(encoder_out.get(MEMORY_KEY, [])) > 0:
-            stacked = encoder_out[MEMORY_KEY][0]
-            if stacked.size(0) != self.num_layers:
-                raise ValueError(
-                    f"encoder produced {stacked.size(0)} memories for {self.num_layers} decoder layers"
-                )
-            return list(stacked.unbind(0)), encoder_out[MEMORY_MASK_KEY][0]
-        mask = encoder_out["encoder_padding_mask"][0] if len(encoder_out["encoder_padding_mask"]) else None
-        return [encoder_out["encoder_out"][0]] * self.num_layers, mask
-
     def extract_features_scriptable(self, prev_output_tokens, encoder_out, incremental_state=None,
                                     full_context_alignment: bool = False, alignment_layer: Optional[int] = None,
                                     alignment_heads: Optional[int] = None):
+        """fairseq's decoder features, each layer attending to its own memory.
+
+        Copied from fairseq 0.12.3 ``fairseq/models/transformer/transformer_decoder.py``
+        (``TransformerDecoderBase.extract_features_scriptable``, see :data:`ADAPTED_FROM`),
+        with the layer loop changed: per-layer memories, layer order (GP), cross-attention
+        drop (CAD), branch scales (SSL), LayerDrop.
+        """
         if alignment_layer is None:
             alignment_layer = self.num_layers - 1
         x = self.embed(prev_output_tokens, incremental_state)
@@ -438,7 +435,7 @@ class DeepTransformerDecoder(_SkipScheduleMixin, TransformerDecoderBase):
             self.buffered_future_mask(x) if incremental_state is None and not full_context_alignment else None
         )
 
-        memories, memory_mask = self.memories(encoder_out)
+        memories, memory_mask = decoder_memories(encoder_out, self.num_layers)
         order = layer_order(self.num_layers, self.opts.gp_decoder_group_size, self.training)
         keep_cross = sample_keep(self.cad_probs, self.training)
         scales = self.draw_branch_scales()

@@ -7,11 +7,13 @@ flags given on the command line always win.
 
 
 from dataclasses import dataclass, field, fields
-from typing import List, Optional
+from typing import Optional
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
-MEMORY_CHOICES = ChoiceEnum(["top", "transparent", "msc"])
+from ..memories import MEMORIES
+
+MEMORY_CHOICES = ChoiceEnum(list(MEMORIES))
 FUSION_CHOICES = ChoiceEnum(["gate", "add"])
 CONTEXT_CELL_CHOICES = ChoiceEnum(["gru", "ffn", "none"])
 SKIP_MODE_CHOICES = ChoiceEnum(["sublayer", "layer"])
@@ -166,39 +168,3 @@ class DeepTransformerOptions(FairseqDataclass):
             if value is not None:
                 setattr(opts, f.name, value)
         return opts
-
-    # ---- derived -----------------------------------------------------------
-    def block_sizes(self, encoder_layers: Optional[int], num_blocks: int) -> List[int]:
-        """Layers per MSC encoder block (validated against the layer counts)."""
-        spec = self.msc_block_layers
-        if spec in (None, ""):
-            if not encoder_layers or encoder_layers % num_blocks != 0:
-                raise ValueError(
-                    f"--deep-memory msc: --encoder-layers ({encoder_layers}) must be a multiple "
-                    f"of the number of blocks (= --decoder-layers = {num_blocks}), or give "
-                    f"--msc-block-layers"
-                )
-            return [encoder_layers // num_blocks] * num_blocks
-        try:
-            sizes = [int(s) for s in str(spec).split(",") if s.strip()]
-        except ValueError:
-            raise ValueError(f"--msc-block-layers must be integers, got {spec!r}") from None
-        if len(sizes) == 1:
-            sizes = sizes * num_blocks
-        if len(sizes) != num_blocks:
-            raise ValueError(
-                f"--msc-block-layers lists {len(sizes)} blocks but --decoder-layers is "
-                f"{num_blocks}: MSC decoder layer n attends to encoder block n (Eq. 7)"
-            )
-        if any(s < 1 for s in sizes):
-            raise ValueError(f"--msc-block-layers: every block needs >= 1 layer, got {spec!r}")
-        if encoder_layers is not None and encoder_layers != sum(sizes):
-            raise ValueError(
-                f"--encoder-layers ({encoder_layers}) does not match --msc-block-layers "
-                f"{spec!r} (sum {sum(sizes)})"
-            )
-        return sizes
-
-    @property
-    def msc_context(self) -> bool:
-        return self.deep_memory == "msc" and self.msc_context_cell != "none"

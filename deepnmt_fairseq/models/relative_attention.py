@@ -18,7 +18,7 @@ from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
 from ..modules.relative_position import RelativePositionEmbeddings, relative_buckets
-from .context_attention import ContextFusionAttention
+from .context_attention import ContextFusionAttention, additive_mask
 
 
 class RelativeMultiheadAttention(MultiheadAttention):
@@ -74,7 +74,7 @@ class RelativeMultiheadAttention(MultiheadAttention):
 
         bias = self.relative.key_logits(q, buckets)  # (B*H, T, S)
         if attn_mask is not None:
-            bias = bias + attn_mask.unsqueeze(0)
+            bias = bias + additive_mask(attn_mask, bias.dtype).unsqueeze(0)
         if key_padding_mask is not None:
             bias = bias.view(bsz, heads, tgt_len, src_len).masked_fill(
                 key_padding_mask.view(bsz, 1, 1, src_len).to(torch.bool), float("-inf")

@@ -82,3 +82,28 @@ class SublayerSkip:
         else:  # one coin for both sub-layers of a layer
             u = [v for v in torch.rand(self.num_layers).tolist() for _ in range(2)]
         return [1.0 if ui > p or p == 0.0 else 0.0 for ui, p in zip(u, self.probs)]
+
+
+def scale_branch(x: torch.Tensor, scale: Optional[float]) -> torch.Tensor:
+    """s * F(x) for one residual branch; s = 0 gives an exact zero (not NaN, even if the
+    branch overflowed in fp16) that keeps the branch's parameters in the autograd graph,
+    so DDP sees them used (their gradient is exactly zero)."""
+    if scale is None or scale == 1.0:
+        return x
+    if scale == 0.0:
+        return torch.nan_to_num(x * 0.0, nan=0.0, posinf=0.0, neginf=0.0)
+    return x * scale
+
+
+class BranchScales:
+    """The multipliers of one layer call's residual branches, consumed in call order.
+
+    A layer's residual hook is called once per sub-layer (self-attention, [cross-attention,]
+    FFN); :meth:`next` returns the next multiplier (None = leave the branch alone).
+    """
+
+    def __init__(self, scales: List[Optional[float]]):
+        self._scales = iter(scales)
+
+    def next(self) -> Optional[float]:
+        return next(self._scales)

@@ -58,7 +58,7 @@ gradient clipping and the optimizer step):
   normalisation and loss scale cancel in the ratio.  The paper does not say
   whether h_N is taken before or after the final LayerNorm of a pre-norm
   encoder; we take the layer output, before it (the "output of the N-th layer").
-* **Mixing weights** s_{i,j}: ``encoder.layer_mix.mixing_weights()`` in eval
+* **Mixing weights** s_{i,j}: ``encoder.memory.layer_mix.mixing_weights()`` in eval
   mode (no dropout on W), as used by this update's forward pass (i.e. before the
   update's optimizer step).
 * **Gate statistics**: ``GatedFusion.last_gate_mean`` of every fused attention
@@ -85,6 +85,11 @@ TASK_NAME = "deep_translation"
 DIAG_PRIORITY = 3000  # after fairseq's own statistics in every log line
 DIAG_PREFIXES = ("diag_update", "enc_gnorm_", "dec_gnorm_", "grad_ratio", "grad_norm_h", "mix_", "gate_enc_",
                  "gate_dec_", "gatestd_enc_", "gatestd_dec_")
+
+
+def _layer_mix(model):
+    """The transparent-attention weights W of a model's encoder memory, or None."""
+    return getattr(getattr(getattr(model, "encoder", None), "memory", None), "layer_mix", None)
 
 
 @dataclass
@@ -229,7 +234,7 @@ class DeepTranslationTask(TranslationTask):
                              f"{type(model).__name__} has none")
         if self.want_ratio and len(enc_layers) == 0:
             raise ValueError("--log-grad-ratio needs at least one encoder layer (--encoder-layers 0)")
-        if self.want_mix and getattr(getattr(model, "encoder", None), "layer_mix", None) is None:
+        if self.want_mix and _layer_mix(model) is None:
             raise ValueError(f"--log-mixing-weights needs transparent attention (--deep-memory transparent, "
                              f"Bapna et al. 2018); this model has {_deep_memory(model)}")
         if self.want_gates and not gated_fusions(model):
@@ -309,7 +314,7 @@ class DeepTranslationTask(TranslationTask):
     @staticmethod
     def mixing_weights(model) -> torch.Tensor:
         """s ``(N+1, M)`` of transparent attention in eval mode (no dropout on W, Bapna Eq. 1)."""
-        mix = unwrap_model(model).encoder.layer_mix
+        mix = _layer_mix(unwrap_model(model))
         was = mix.training
         try:
             mix.eval()

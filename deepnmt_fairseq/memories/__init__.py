@@ -1,0 +1,21 @@
+"""Encoder memories: what each decoder attention module attends to, one module per method.
+
+``--deep-memory`` picks one of :data:`MEMORIES`; the encoder builds it with its
+``build_memory`` hook.  See :mod:`.base` for the interface.
+"""
+
+from .base import MEMORY_KEY, MEMORY_MASK_KEY, EncoderMemory, MemoryPass, decoder_memories, reorder  # noqa: F401
+from .msc import MSCMemory
+from .top import TopMemory
+from .transparent import TransparentMemory
+
+MEMORIES = {
+    "top": TopMemory,  # Vaswani et al. 2017
+    "transparent": TransparentMemory,  # Bapna et al. 2018, Eq. 1-2
+    "msc": MSCMemory,  # Wei et al. 2020, Eq. 5-13
+}
+
+
+def memory_class(opts) -> type:
+    """The memory class of ``--deep-memory``."""
+    return MEMORIES[opts.deep_memory]

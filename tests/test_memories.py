@@ -1,0 +1,143 @@
+"""The memory hook, the single source of the options' defaults, the copied fairseq code."""
+
+import hashlib
+import importlib
+import inspect
+import warnings
+from argparse import Namespace
+from dataclasses import MISSING, fields
+
+import pytest
+import torch
+
+from fairseq_helpers import TINY, build_model, random_batch
+
+from deepnmt_fairseq.memories import MEMORIES, EncoderMemory, MemoryPass, TopMemory
+from deepnmt_fairseq.memories.msc import block_sizes, encoder_layers_of
+from deepnmt_fairseq.models import deep_transformer
+from deepnmt_fairseq.models.architectures import deep_base_architecture
+from deepnmt_fairseq.models.options import MEMORY_CHOICES, DeepTransformerOptions
+
+
+# ------------------------------------------------------------------ the hook
+def test_every_deep_memory_choice_has_one_memory_module():
+    assert sorted(c.value for c in MEMORY_CHOICES) == sorted(MEMORIES)
+    for kind, cls in MEMORIES.items():
+        model = build_model("deepnmt_transformer", TINY + ["--deep-memory", kind, "--encoder-layers", "2",
+                                                            "--decoder-layers", "2"])
+        assert type(model.encoder.memory) is cls
+
+
+class _SecondLayerMemory(EncoderMemory):
+    """A memory a user might add: every decoder layer reads encoder layer 1 (not the top)."""
+
+    def start(self, x0, padding_mask, layer_mask, final_norm):
+        outer = self
+
+        class Pass(MemoryPass):
+            def observe(self, pos, x):
+                if pos == 0:
+                    self.first = x
+
+            def finish(self):
+                outer.seen = self.first
+                return torch.stack([self.first] * 2), self.padding_mask
+
+        return Pass(padding_mask, layer_mask, final_norm)
+
+
+def test_build_memory_is_the_extension_point(monkeypatch):
+    """Overriding ``build_memory`` alone changes what the decoder attends to."""
+    monkeypatch.setattr(deep_transformer.DeepTransformerEncoder, "build_memory",
+                        lambda self, cfg, dim: _SecondLayerMemory())
+    model = build_model("deepnmt_transformer", TINY + ["--encoder-layers", "3", "--decoder-layers", "2"]).eval()
+    src, lens, tgt = random_batch(model)
+    with torch.no_grad():
+        enc = model.encoder(src, lens)
+        mem = enc["deepnmt_memory"][0]
+        assert mem.shape[0] == 2 and torch.equal(mem[0], model.encoder.memory.seen)
+        assert not torch.equal(mem[0], enc["encoder_out"][0])
+        out, _ = model(src, lens, tgt)
+    monkeypatch.undo()
+    top = build_model("deepnmt_transformer", TINY + ["--encoder-layers", "3", "--decoder-layers", "2"]).eval()
+    assert type(top.encoder.memory) is TopMemory
+    with torch.no_grad():
+        assert not torch.allclose(top(src, lens, tgt)[0], out)
+
+
+@pytest.mark.parametrize("kind, extra, legacy", [
+    ("transparent", [], "encoder.layer_mix.weight"),
+    ("msc", ["--msc-block-layers", "1"], "encoder.context_cell.cell.weight_ih"),
+])
+def test_checkpoints_from_before_the_memory_modules_still_load(kind, extra, legacy):
+    flags = TINY + ["--deep-memory", kind, "--encoder-layers", "2", "--decoder-layers", "2", *extra]
+    model = build_model("deepnmt_transformer", flags, seed=1)
+    state = {k.replace("encoder.memory.", "encoder."): v.clone() for k, v in model.state_dict().items()}
+    assert legacy in state
+    fresh = build_model("deepnmt_transformer", flags, seed=2)
+    fresh.load_state_dict(state)  # fairseq's load: upgrade_state_dict_named renames the keys
+    for k, v in model.state_dict().items():
+        assert torch.equal(fresh.state_dict()[k], v), k
+
+
+def test_msc_block_layers_parsed_in_one_place():
+    assert encoder_layers_of("3", 6) == 18 and encoder_layers_of("1,3,2", 3) == 6
+    assert encoder_layers_of(None, 6) is None
+    assert block_sizes("2", 6, 3) == [2, 2, 2] and block_sizes(None, 6, 3) == [2, 2, 2]
+    with pytest.raises(ValueError, match="--msc-block-layers must be integers"):
+        encoder_layers_of("a,b", 2)
+    args = Namespace(deep_memory="msc", msc_block_layers="1,3,2", decoder_layers=3)
+    deep_base_architecture(args)
+    assert args.encoder_layers == 6
+
+
+# ------------------------------------------------------------------ defaults written once
+def test_base_architecture_takes_every_default_from_the_options_dataclass():
+    args = Namespace()
+    deep_base_architecture(args)
+    for f in fields(DeepTransformerOptions):
+        if f.name.startswith("_") or f.default is MISSING:
+            continue
+        assert getattr(args, f.name) == f.default, f.name
+    assert args.encoder_normalize_before and args.decoder_normalize_before
+    post = Namespace(post_norm=True, ssl_rate=0.4)
+    deep_base_architecture(post)
+    assert not post.encoder_normalize_before and post.ssl_rate == 0.4  # a given value wins
+
+
+def test_architectures_module_repeats_no_option_default():
+    """A new option is added in one place: the dataclass (no list of defaults elsewhere)."""
+    src = inspect.getsource(deep_base_architecture)
+    for f in fields(DeepTransformerOptions):
+        assert f"{f.name}=" not in src, f.name
+
+
+# ------------------------------------------------------------------ copied fairseq code
+@pytest.mark.parametrize("ours", sorted(deep_transformer.ADAPTED_FROM))
+def test_code_adapted_from_fairseq_matches_the_installed_original(ours):
+    """Fails when the installed fairseq's original changes: re-read it and port the change."""
+    path, qualname, version, digest = deep_transformer.ADAPTED_FROM[ours]
+    module = importlib.import_module(path[:-3].replace("/", "."))
+    obj = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    assert hashlib.sha256(inspect.getsource(obj).encode()).hexdigest() == digest, (
+        f"{qualname} in the installed fairseq differs from fairseq {version}, which "
+        f"{ours} was adapted from")
+    cls, meth = ours.split(".")
+    assert "Copied from fairseq" in getattr(getattr(deep_transformer, cls), meth).__doc__
+
+
+# ------------------------------------------------------------------ one mask dtype
+@pytest.mark.parametrize("extra", [[], ["--rpr-max-relative-position", "2"], ["--deep-memory", "msc",
+                                                                              "--msc-block-layers", "1"]])
+def test_no_mismatched_mask_warning_in_training(extra):
+    model = build_model("deepnmt_transformer", TINY + ["--encoder-layers", "2", "--decoder-layers", "2", *extra])
+    model.train()
+    src, lens, tgt = random_batch(model, pad_last=True)
+    tgt[0, -2:] = model.decoder.dictionary.pad()  # padding in the decoder input: both masks in use
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out, _ = model(src, lens, tgt)
+        out.sum().backward()
+    assert not [w for w in caught if "mismatched" in str(w.message)], [str(w.message) for w in caught]
