@@ -70,14 +70,19 @@ def main(argv=None):
     p.add_argument("--arch", nargs="*", help="architectures (default: every named one)")
     p.add_argument("--vocab", type=int, help="joint vocabulary size (default: the paper's)")
     p.add_argument("--markdown", action="store_true", help="print a markdown table")
+    p.add_argument("--model-args", default="",
+                   help="model flags added to every architecture, e.g. --model-args=--msc-count-fitting-norms")
     a = p.parse_args(argv)
+    import shlex
+
+    model_args = shlex.split(a.model_args)
     import deepnmt_fairseq  # noqa: F401
 
     archs = a.arch or [n for n in PAPER_ROWS]
     rows = []
     for arch in archs:
         vocab = a.vocab or default_vocab(arch)
-        n = count_parameters(build_model(arch, vocab))
+        n = count_parameters(build_model(arch, vocab, model_args))
         paper, row, ref = PAPER_ROWS.get(arch, ("", "", None))
         rows.append((arch, paper or "", row or "", vocab, n / 1e6, ref))
     if a.markdown:

@@ -21,22 +21,37 @@ values of both (and the normalised context) are computed once per sentence and
 cached together in this module's static buffer (shape (B, 2H, S, d_h), the
 layout fairseq's beam reordering expects).
 
-Normalisation (pre-norm reading, chosen to reproduce Table 2's parameter counts,
-see docs/parameter-counts.md): the context is layer-normalised before ATTN_c in
-every layer (``context_norm``); in the encoder ATTN_c also has its own query
-LayerNorm (``context_query_norm``) and the gate pre-activation is normalised.
+Normalisation.  The context is layer-normalised before ATTN_c in every layer
+(``context_norm``; pre-norm reading of Eq. 1: attention inputs are normalised, and
+C^n, a GRU output or the scaled embeddings, is not).  ATTN_c's query is the
+layer's normalised input LN(H), the one ATTN_h reads, and the gate is Eq. 12 as
+written, g = sigmoid(W1 ATTN_h + W2 ATTN_c + b).  ``--msc-count-fitting-norms``
+(encoder layers only) adds a query LayerNorm of ATTN_c's own
+(``context_query_norm``) and a LayerNorm on the gate pre-activation
+(``fusion.norm``): not in the paper, they reproduce Table 2's parameter counts to
+0.1M (docs/parameter-counts.md).  A checkpoint that carries their weights loads
+into a model built without the flag: :meth:`_load_from_state_dict` adds the two
+norms first (single process; in a distributed run it stops with an error naming
+the flag, because parameters added after the DDP wrapper would not be synchronised).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Dict, Optional, Tuple
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 from fairseq.modules import LayerNorm, MultiheadAttention
 from torch import Tensor
 
 from ..modules.gated_fusion import GatedFusion
+
+logger = logging.getLogger(__name__)
+
+#: the option that builds the count-fitting norms, named in errors
+COUNT_FITTING_FLAG = "--msc-count-fitting-norms"
 
 
 def additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
@@ -72,6 +87,42 @@ class ContextFusionAttention(MultiheadAttention):
         self._context: Optional[Tuple[Tensor, Optional[Tensor]]] = None
         self.record_context_attn = False
         self.last_context_attn: Optional[Tensor] = None
+
+    # ------------------------------------------------------------------ checkpoints
+    def add_count_fitting_norms(self) -> None:
+        """Add the ``--msc-count-fitting-norms`` LayerNorms (on this module's device and dtype)."""
+        like = self.q_proj.weight
+        if self.context_query_norm is None:
+            self.context_query_norm = LayerNorm(self.embed_dim).to(device=like.device, dtype=like.dtype)
+        if self.fusion.mode == "gate" and self.fusion.norm is None:
+            self.fusion.norm = nn.LayerNorm(self.embed_dim).to(device=like.device, dtype=like.dtype)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        """The checkpoint's weights decide whether the count-fitting norms exist (see module doc)."""
+        has_norms = prefix + "context_query_norm.weight" in state_dict
+        own = prefix + "q_proj.weight" in state_dict  # this module's weights are in the checkpoint
+        if has_norms and self.context_query_norm is None:
+            if torch.distributed.is_available() and torch.distributed.is_initialized() \
+                    and torch.distributed.get_world_size() > 1:
+                raise ValueError(
+                    f"{prefix}context_query_norm.* in the checkpoint: it was trained with the MSC "
+                    f"count-fitting LayerNorms; resume it with {COUNT_FITTING_FLAG}"
+                )
+            if not ContextFusionAttention._upgrade_logged:
+                logger.warning("the checkpoint's MSC encoder layers carry the count-fitting LayerNorms "
+                               "(ATTN_c query, gate): loading them as if %s were given", COUNT_FITTING_FLAG)
+                ContextFusionAttention._upgrade_logged = True
+            self.add_count_fitting_norms()
+        elif own and strict and self.context_query_norm is not None and not has_norms:
+            raise ValueError(
+                f"{prefix}: the model has the MSC count-fitting LayerNorms ({COUNT_FITTING_FLAG}) but the "
+                f"checkpoint was trained without them (literal Eq. 12); load it without {COUNT_FITTING_FLAG}"
+            )
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
+    _upgrade_logged = False
 
     def set_context(self, context: Optional[Tensor], padding_mask: Optional[Tensor]) -> None:
         """Encoder use: C^{n-1} ``(T, B, d)`` and its padding mask for the next call."""

@@ -147,9 +147,12 @@ class DeepEncoderLayer(BranchScaleMixin, transformer_layer.TransformerEncoderLay
         if rpr > 0:
             kwargs.update(max_relative_position=rpr, relative_values=self._opts.rpr_values)
         if self._context:
+            # Eq. 12 as written by default; --msc-count-fitting-norms adds the two LayerNorms
+            # that reproduce Table 2's parameter counts (docs/parameter-counts.md)
+            fit = bool(self._opts.msc_count_fitting_norms)
             cls = RelativeContextFusionAttention if rpr > 0 else ContextFusionAttention
             return cls(embed_dim, cfg.encoder.attention_heads, fusion=self._opts.msc_fusion,
-                       context_query_norm=True, gate_norm=True, **kwargs)
+                       context_query_norm=fit, gate_norm=fit, **kwargs)
         if rpr > 0:
             return RelativeMultiheadAttention(embed_dim, cfg.encoder.attention_heads, **kwargs)
         return super().build_self_attention(embed_dim, cfg)

@@ -72,6 +72,16 @@ class DeepTransformerOptions(FairseqDataclass):
             "pure block-scale collaboration, Table 5)"
         },
     )
+    msc_count_fitting_norms: bool = field(
+        default=False,
+        metadata={
+            "help": "MSC encoder layers: add a LayerNorm on ATTN_c's query and one on the gate's "
+            "pre-activation, g = sigmoid(LN(W1 ATTN_h + W2 ATTN_c + b)). Not in the paper (Eq. 12 "
+            "has neither); they reproduce Table 2's parameter counts to 0.1M. Default: the literal "
+            "Eq. 12 gate. Checkpoints trained with them are recognised by their weights and loaded "
+            "with them (docs/parameter-counts.md)"
+        },
+    )
     msc_no_encoder_context: bool = field(
         default=False,
         metadata={

@@ -9,11 +9,12 @@ residual is added by the surrounding layer.  ``mode="add"`` is the Table 5
 ablation (plain element-wise addition).
 
 ``normalize=True`` puts a LayerNorm on the gate pre-activation.  The paper does
-not mention it; we use it in encoder layers only, because Table 2's parameter
-counts (rows 3-6) need ~1.3k-6k parameters per encoder layer beyond ATTN_c and
-the gate (see ``docs/parameter-counts.md``), and a normalised gate pre-activation
-keeps the gate out of saturation in a 72-layer pre-norm stack, where the
-attention outputs grow with depth.
+not have it (Eq. 12-13 are the plain gate above, the default).  It is one of the
+two LayerNorms of ``--msc-count-fitting-norms`` (encoder layers only), the reading
+that reproduces Table 2's parameter counts to 0.1M (rows 3-6 need ~1.3k-6k
+parameters per encoder layer beyond ATTN_c and the gate, see
+``docs/parameter-counts.md``); a normalised pre-activation also keeps the gate
+out of saturation when attention outputs grow along a deep pre-norm stack.
 """
 
 from __future__ import annotations
