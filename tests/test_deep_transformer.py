@@ -34,6 +34,7 @@ CONFIGS = {
                    "--gp-group-size", "2", "--gp-decoder-group-size", "2", "--rpr-max-relative-position", "2"],
     "stochastic-layers-layerdrop": ["--encoder-layers", "3", "--decoder-layers", "2", "--ssl-rate", "0.3",
                                     "--ssl-mode", "layer", "--encoder-layerdrop", "0.2", "--decoder-layerdrop", "0.2"],
+    "dlcl": ["--deep-memory", "dlcl", "--encoder-layers", "4", "--decoder-layers", "2"],
     "msc-rpr-ssl": ["--deep-memory", "msc", "--msc-block-layers", "2", "--decoder-layers", "2",
                     "--rpr-max-relative-position", "2", "--ssl-rate", "0.4", "--gp-group-size", "2"],
 }
@@ -53,7 +54,7 @@ def test_incremental_decoding_equals_full_forward(name):
     assert (full - inc).abs().max().item() <= 1e-5
 
 
-@pytest.mark.parametrize("name", ["prenorm", "transparent", "msc-gate", "msc-add", "cad-half", "transparent-cad",
+@pytest.mark.parametrize("name", ["prenorm", "dlcl", "transparent", "msc-gate", "msc-add", "cad-half", "transparent-cad",
                                   "stochastic-layers-layerdrop", "ssl-gp-rpr", "msc-rpr-ssl"])
 def test_training_step_reaches_every_parameter(name):
     """Every parameter is in the graph of every step, whatever the coins (DDP-safe)."""
@@ -76,7 +77,7 @@ def _generate(model, src, lens, beam=4):
     return [h[0]["tokens"].tolist() for h in hyps]
 
 
-@pytest.mark.parametrize("name", ["prenorm", "transparent", "msc-gate", "msc-no-enc-ctx"])
+@pytest.mark.parametrize("name", ["prenorm", "dlcl", "transparent", "msc-gate", "msc-no-enc-ctx"])
 def test_beam_search_alone_equals_in_batch(name):
     model = _model(name, seed=3).eval().double()
     d = model.encoder.dictionary

@@ -71,6 +71,10 @@ EXTRA = {
     "cad-full-rpr": ["--encoder-layers", "2", "--decoder-layers", "3", "--cad-drop-depth", "3",
                      "--cad-drop-ratio", "1.0", "--rpr-max-relative-position", "2"],
     "desdar-like": ["--encoder-layers", "6", "--decoder-layers", "1", "--rpr-max-relative-position", "2"],
+    "dlcl": ["--deep-memory", "dlcl", "--encoder-layers", "4", "--decoder-layers", "2"],
+    "dlcl-gp-ssl-rpr-layerdrop": ["--deep-memory", "dlcl", "--encoder-layers", "4", "--decoder-layers", "2",
+                                  "--gp-group-size", "2", "--ssl-rate", "0.4", "--rpr-max-relative-position", "2",
+                                  "--encoder-layerdrop", "0.2"],
     "checkpoint-activations-msc": ["--deep-memory", "msc", "--msc-block-layers", "2", "--decoder-layers", "2",
                                    "--checkpoint-activations"],
 }
@@ -119,7 +123,7 @@ def _beam(model, src, lens, beam=4):
     return [(h[0]["tokens"].tolist(), float(h[0]["score"])) for h in hyps]
 
 
-BATCH_INVARIANCE = ["rpr", "rpr-transparent", "msc-gate", "msc-ffn-cell", "msc-no-ctx", "transparent", "cad-half",
+BATCH_INVARIANCE = ["dlcl", "dlcl-gp-ssl-rpr-layerdrop", "rpr", "rpr-transparent", "msc-gate", "msc-ffn-cell", "msc-no-ctx", "transparent", "cad-half",
                     "cad-full-rpr", "matrix:transparent-postnorm-cad-ddr", "ssl-sublayer", "gp",
                     "matrix:msc-gate-everything", "postnorm", "msc-add-no-enc-ctx-cad", "desdar-like",
                     "matrix:prenorm-rpr-layerdrop"]

@@ -695,3 +695,39 @@ def test_fairseq_hydra_train_runs_a_generated_config(corpus_env, tmp_path):
     assert "ddr_loss" in out and "ald_loss" in out and "dd_base_15_15_cad" in out
     assert (tmp_path / "ck" / ".hydra").is_dir()  # hydra's files go next to the checkpoints, not into the repo
     assert not (REPO / ".hydra").exists()
+
+
+def test_msc_comparison_rows_run_the_papers_backbone():
+    """MSC Sec. 4.2: Bapna et al. and Wang et al. 'on the same vanilla Transformer backbone'
+    (pre-norm); Wang et al. is DLCL; Fig. 2's plain nets are pre-norm.  Post-norm variants
+    exist as their own experiments, outside the paper's tables."""
+    from fairseq.models import ARCH_MODEL_REGISTRY  # noqa: F401  (architectures registered)
+
+    from deepnmt_fairseq.repro.registry import EXPERIMENTS, TABLES
+
+    def model_args(name):
+        from argparse import Namespace
+
+        from fairseq.models import ARCH_CONFIG_REGISTRY
+
+        (stage,) = [s for s in EXPERIMENTS[name].stages if getattr(s, "arch", None)]
+        args = Namespace()
+        ARCH_CONFIG_REGISTRY[stage.arch](args)
+        return args
+
+    rows = {r.experiment: r for t in TABLES if t.key in ("msc-t3", "msc-fig2") for r in t.rows
+            if r.experiment and not r.label.startswith("variant")}
+    (wang,) = [r for t in TABLES if t.key == "msc-t4" for r in t.rows if r.label.startswith("Wang")]
+    rows[wang.experiment] = wang
+    for name in rows:
+        args = model_args(name)
+        assert args.encoder_normalize_before, name  # every compared system is pre-norm
+        if "-wang-" in name or "dlcl" in name:
+            assert args.deep_memory == "dlcl", name
+        if "-bapna-" in name and name.startswith("msc-iwslt"):
+            assert args.deep_memory == "transparent", name
+    assert {"msc-iwslt14-ende-wang-36L", "msc-iwslt14-ende-wang-72L-l2", "msc-wmt14-ende-dlcl-30L",
+            "msc-iwslt14-ende-plain-36L", "msc-iwslt14-ende-plain-72L"} <= set(rows)
+    variants = {r.experiment for t in TABLES for r in t.rows if r.label.startswith("variant")}
+    for post in ("msc-iwslt14-ende-bapna-postnorm-36L", "msc-iwslt14-ende-plain-postnorm-72L"):
+        assert not model_args(post).encoder_normalize_before and post in variants

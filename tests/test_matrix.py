@@ -74,6 +74,9 @@ COMBOS = {
                                                              "--encoder-layers", "3", "--decoder-layers", "3",
                                                              "--cad-drop-depth", "2", "--cad-drop-ratio", "0.5"],
                                      [*CRT, "--ddr-alpha", "1.0", "--ald-alpha", "0"]),
+    "dlcl-cad-ssl": ("deepnmt_transformer", ["--deep-memory", "dlcl", "--encoder-layers", "3", "--decoder-layers",
+                                             "2", "--cad-drop-depth", "1", "--cad-drop-ratio", "0.5", "--ssl-rate",
+                                             "0.4"], []),
     "cad-full-ald": ("deepnmt_transformer", ["--encoder-layers", "2", "--decoder-layers", "3", "--cad-drop-depth",
                                              "1", "--cad-drop-ratio", "1.0"],
                      [*CRT, "--ddr-alpha", "0", "--ald-alpha", "0.5", "--encoder-l2", "1e-5"]),
@@ -172,7 +175,13 @@ REFUSED = {
     "rpr-values-with-msc-encoder-context": (
         "train", ["--deep-memory", "msc", "--msc-block-layers", "1", "--decoder-layers", "2",
                   "--rpr-max-relative-position", "2", "--rpr-values"], ["--rpr-values", "--deep-memory msc"]),
-    "extract-msc-decoder": ("extract", None, ["MSC decoder", "cannot be compressed"]),
+    "dlcl-post-norm": ("train", ["--deep-memory", "dlcl", "--post-norm", "--encoder-layers", "2", "--decoder-layers",
+                                 "1"], ["--deep-memory dlcl", "--post-norm"]),
+    # extraction refusals: (teacher combination, deepnmt-extract-student flags)
+    "extract-msc-decoder": ("extract", ("msc-add-no-encoder-context", ["--decoder-group-size", "2"]),
+                            ["MSC decoder", "cannot be compressed"]),
+    "extract-dlcl-encoder": ("extract", ("dlcl-cad-ssl", ["--encoder-layers-select", "1"]),
+                             ["DLCL encoder", "--deep-memory dlcl", "cannot be compressed"]),
 }
 
 
@@ -185,10 +194,11 @@ def plan(data, work):
     for name, (kind, flags, _words) in REFUSED.items():
         if kind == "train":
             refused[name] = [("refused", "train", train_argv(data, work / name, "deepnmt_transformer", flags))]
-        else:  # needs an MSC checkpoint: an MSC combination's, after it trained
-            teacher = work / "msc-add-no-encoder-context" / "checkpoint_last.pt"
-            refused[name] = [("refused", "extract", ["--teacher", str(teacher), "--decoder-group-size", "2",
-                                                     "--output", str(work / "msc-student.pt")])]
+        else:  # needs a trained checkpoint: the named combination's, after it trained
+            combo, extract_flags = flags
+            teacher = work / combo / "checkpoint_last.pt"
+            refused[name] = [("refused", "extract", ["--teacher", str(teacher), *extract_flags,
+                                                     "--output", str(work / f"{name}-student.pt")])]
     return out, refused
 
 

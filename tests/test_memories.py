@@ -141,3 +141,41 @@ def test_no_mismatched_mask_warning_in_training(extra):
         out, _ = model(src, lens, tgt)
         out.sum().backward()
     assert not [w for w in caught if "mismatched" in str(w.message)], [str(w.message) for w in caught]
+
+
+# ------------------------------------------------------------------ DLCL (Wang et al. 2019a)
+def test_dlcl_layer_inputs_are_the_learned_combination_of_normalised_earlier_layers():
+    model = build_model("deepnmt_transformer", TINY + ["--deep-memory", "dlcl", "--encoder-layers", "3",
+                                                        "--decoder-layers", "1", "--dropout", "0",
+                                                        "--attention-dropout", "0"]).eval()
+    enc = model.encoder
+    with torch.no_grad():
+        enc.memory.weight.normal_()
+        for ln in enc.memory.layer_norms:
+            ln.weight.normal_()
+            ln.bias.normal_()
+    src, lens, _ = random_batch(model)
+    inputs = []
+    hooks = [layer.register_forward_pre_hook(lambda m, a: inputs.append(a[0])) for layer in enc.layers]
+    with torch.no_grad():
+        out = enc(src, lens)
+        pad = src.eq(enc.padding_idx)
+        y = [enc.forward_embedding(src)[0].masked_fill(pad.unsqueeze(-1), 0).transpose(0, 1)]  # y_0
+        w = enc.memory.weight
+        for l, layer in enumerate(enc.layers):
+            x = sum(w[l, k] * y[k] for k in range(l + 1))  # G(y_0..y_l); upper triangle unused
+            assert torch.allclose(inputs[l], x, atol=1e-5), l
+            y.append(enc.memory.layer_norms[l](layer(x, pad)))
+        top = enc.layer_norm(sum(w[3, k] * y[k] for k in range(4)))
+    for h in hooks:
+        h.remove()
+    assert torch.allclose(out["encoder_out"][0], top, atol=1e-5)
+    assert "deepnmt_memory" not in out  # the decoder attends to the (combined) top
+
+
+def test_dlcl_starts_as_a_dense_average_and_refuses_post_norm():
+    model = build_model("deepnmt_transformer", TINY + ["--deep-memory", "dlcl", "--encoder-layers", "2",
+                                                        "--decoder-layers", "1"])
+    assert torch.allclose(model.encoder.memory.weight, torch.tensor([[1, 0, 0], [.5, .5, 0], [1 / 3] * 3]))
+    with pytest.raises(ValueError, match="pre-norm form.*--post-norm"):
+        build_model("deepnmt_transformer", TINY + ["--deep-memory", "dlcl", "--post-norm"])

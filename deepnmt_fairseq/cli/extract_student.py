@@ -151,6 +151,10 @@ def extract(state: dict, enc_group: int = 1, dec_group: int = 1, how: str = "ran
     extra.pop("train_iterator", None)
     extra["gpkd_student"] = {"encoder_layers": enc_keep, "decoder_layers": dec_keep, "select": how, "seed": seed}
     student["extra_state"] = extra
+    if (enc_group > 1 or enc_select is not None) and getattr(args, "deep_memory", "top") == "dlcl":
+        raise ValueError("a DLCL encoder (--deep-memory dlcl) cannot be compressed: every layer reads a learned "
+                         "combination of all layers below it, which has no one-layer-per-group counterpart "
+                         "(GPKD students are plain RPR Transformers, Li et al. 2021)")
     return student
 
 

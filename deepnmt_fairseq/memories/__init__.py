@@ -5,6 +5,7 @@
 """
 
 from .base import MEMORY_KEY, MEMORY_MASK_KEY, EncoderMemory, MemoryPass, decoder_memories, reorder  # noqa: F401
+from .dlcl import DLCLMemory
 from .msc import MSCMemory
 from .top import TopMemory
 from .transparent import TransparentMemory
@@ -13,6 +14,7 @@ MEMORIES = {
     "top": TopMemory,  # Vaswani et al. 2017
     "transparent": TransparentMemory,  # Bapna et al. 2018, Eq. 1-2
     "msc": MSCMemory,  # Wei et al. 2020, Eq. 5-13
+    "dlcl": DLCLMemory,  # Wang et al. 2019a, Sec. 3.2 (pre-norm)
 }
 
 

@@ -9,6 +9,7 @@ pass it opens a :class:`MemoryPass` and hands it each layer's input and output::
         x, kwargs = run.layer_input(pos, x)                # e.g. MSC's context C^{n-1}
         x = layer(x, layer_mask, **kwargs)
         run.observe(pos, x)
+    top = final_norm(run.output(x))                       # fairseq's encoder_out
     memories = run.finish()                               # None: attend to the top layer
 
 ``pos`` is the position in the stack (layer permutation, GP, permutes *which* layer runs
@@ -52,6 +53,11 @@ class MemoryPass:
 
     def observe(self, pos: int, x: Tensor) -> None:
         """The output ``(T, B, d)`` of the layer at position ``pos``."""
+
+    def output(self, x: Tensor) -> Tensor:
+        """The encoder's output before its final LayerNorm, given the last layer's ``x``
+        (DLCL combines all layers here; everything else returns ``x``)."""
+        return x
 
     def finish(self) -> Memories:
         """``(memories (M, T', B, d), padding mask (B, T'))``, or None for the top layer."""

@@ -126,18 +126,39 @@ def _register_plain_iwslt(layers, pre, row, params, dropout):
 
 _register_plain_iwslt(6, True, "Table 2 row 1 (small, 6 layers)", 10.5, 0.1)
 for _n in (36, 54, 72):
-    _register_plain_iwslt(_n, True, f"Table 3 / Fig. 2 (Wang et al. 2019a pre-norm, {_n} layers)", None, 0.3)
+    _register_plain_iwslt(_n, True, f"Fig. 2 (plain pre-norm nets on MSC's backbone, {_n} layers)", None, 0.3)
 for _n in (6, 36, 72):
-    _register_plain_iwslt(_n, False, f"Fig. 2 (plain post-norm, {_n} layers)", None, 0.1 if _n == 6 else 0.3)
+    _register_plain_iwslt(_n, False, f"Fig. 2 variant (plain post-norm, {_n} layers; not the paper's backbone)",
+                          None, 0.1 if _n == 6 else 0.3)
 
 
-def _register_transparent_iwslt(layers):
-    @_arch(f"transparent_iwslt_{layers}l", MSC, f"Table 3 (Bapna et al. 2018, {layers} layers)", None,
-           key=("transparent_iwslt", layers))
+def _register_transparent_iwslt(layers, pre):
+    """MSC Table 3 implements Bapna et al. "on the same vanilla Transformer backbone" (Sec. 4.2):
+    pre-norm.  The post-norm variant (Bapna et al.'s own setting) is its own name."""
+    name = f"transparent_iwslt_{layers}l" if pre else f"transparent_postnorm_iwslt_{layers}l"
+    row = (f"Table 3 (Bapna et al. 2018 on the pre-norm backbone, {layers} layers)" if pre else
+           f"Table 3 variant (Bapna et al. 2018, post-norm as in their paper, {layers} layers)")
+
+    @_arch(name, MSC, row, None, key=("transparent_iwslt" if pre else "transparent_postnorm_iwslt", layers))
     def fn(args):
         _set(args, deep_memory="transparent", dropout=0.3, attention_dropout=0.3)
         _depth(args, layers, 6)
-        _norm(args, False)
+        _norm(args, pre)
+        _iwslt_small(args)
+        deep_base_architecture(args)
+
+    return fn
+
+
+def _register_dlcl_iwslt(layers):
+    """MSC Table 3's Wang et al. (2019a): pre-norm DLCL on the same small backbone."""
+
+    @_arch(f"dlcl_iwslt_{layers}l", MSC, f"Table 3 (Wang et al. 2019a, DLCL, {layers} layers)", None,
+           key=("dlcl_iwslt", layers))
+    def fn(args):
+        _set(args, deep_memory="dlcl", dropout=0.3, attention_dropout=0.3)
+        _depth(args, layers, 6)
+        _norm(args, True)
         _iwslt_small(args)
         deep_base_architecture(args)
 
@@ -145,7 +166,9 @@ def _register_transparent_iwslt(layers):
 
 
 for _n in (36, 72):
-    _register_transparent_iwslt(_n)
+    _register_transparent_iwslt(_n, pre=True)
+    _register_transparent_iwslt(_n, pre=False)
+    _register_dlcl_iwslt(_n)
 
 
 def _register_msc_wide(layers, per_block):
@@ -198,6 +221,17 @@ def prenorm_wmt_base_6l(args):
 def prenorm_wmt_big_6l(args):
     _depth(args, 6, 6)
     _wmt_big(args)
+    deep_base_architecture(args)
+
+
+@_arch("dlcl_wmt_base_30l", MSC, "Table 4 (Wang et al. 2019a, DLCL 30-layer base; 137M)", 137,
+       key=("dlcl_wmt_base", 30))
+def dlcl_wmt_base_30l(args):
+    """Wang et al. 2019a's deep model cited by MSC Table 4 and GPKD Table 1: pre-norm base,
+    30-layer DLCL encoder, 6-layer decoder."""
+    _set(args, deep_memory="dlcl")
+    _depth(args, 30, 6)
+    _wmt_base(args)
     deep_base_architecture(args)
 
 

@@ -329,7 +329,7 @@ class DeepTransformerEncoder(_SkipScheduleMixin, TransformerEncoderBase):
                 states.append(x)
 
         out = {
-            "encoder_out": [final_norm(x)],
+            "encoder_out": [final_norm(run.output(x))],
             "encoder_padding_mask": [padding_mask],
             "encoder_embedding": [encoder_embedding],
             "encoder_states": states,

@@ -45,7 +45,9 @@ class DeepTransformerOptions(FairseqDataclass):
             "(Vaswani et al. 2017); 'transparent' = its own learned softmax mix of all "
             "encoder layer outputs, embeddings included (Bapna et al. 2018, Eq. 1-2); "
             "'msc' = encoder block n and context state C^n for decoder layer n "
-            "(Wei et al. 2020, Eq. 7, 11, 13)"
+            "(Wei et al. 2020, Eq. 7, 11, 13); 'dlcl' = the top of an encoder whose every "
+            "layer reads a learned combination of all layers below it (Wang et al. 2019a, "
+            "pre-norm DLCL)"
         },
     )
     # ---- MSC (Wei et al. 2020) --------------------------------------------
