@@ -285,3 +285,38 @@ def test_end_to_end_train_generate_interactive_validate(data_bin, tmp_path):
                   "--cpu", "--max-tokens", "400", "--criterion", "label_smoothed_cross_entropy",
                   "--label-smoothing", "0.1")
     assert re.search(r"valid on 'valid' subset \| loss [0-9.]+", val.stdout + val.stderr)
+
+
+def test_deep_translation_diagnostics_find_the_rnmt_encoder():
+    """``--log-grad-ratio`` hooks ``encoder.layers``; ``--log-mixing-weights`` reads
+    ``encoder.memory.layer_mix`` and refuses the baseline naming the flag."""
+    from types import SimpleNamespace
+
+    from deepnmt_fairseq.tasks.deep_translation import DeepTranslationTask, _UpdateState
+
+    task = SimpleNamespace(grad_norm_every=0, want_ratio=True, want_mix=True, want_gates=False)
+    DeepTranslationTask.check_diagnostics(task, _model("transparent"))
+    with pytest.raises(ValueError, match="--deep-memory top"):
+        DeepTranslationTask.check_diagnostics(task, _model("baseline"))
+    s = DeepTranslationTask.mixing_weights(_model("transparent"))
+    assert s.shape == (5, 1) and abs(float(s.sum()) - 1) < 1e-6
+    # r_t hooks: h_1 and h_N are the first and last bidirectional layer outputs
+    model = _model("baseline").train()
+    state = _UpdateState(0)
+    handles = DeepTranslationTask._install_ratio_hooks(model, state)
+    src, lens, tgt = random_batch(model, bsz=2, src_len=6, tgt_len=4)
+    seen = []
+
+    def keep(_module, _inputs, out):
+        out.retain_grad()
+        seen.append(out)
+
+    extra = [model.encoder.layers[i].register_forward_hook(keep) for i in (0, -1)]
+    out, _ = model(src, lens, tgt)
+    out.sum().backward()
+    for h in handles + extra:
+        h.remove()
+    assert len(seen) == 2 and seen[0].shape == (6, 2, 16)
+    assert torch.allclose(state.h1_sq, seen[0].grad.pow(2).sum())
+    assert torch.allclose(state.hn_sq, seen[1].grad.pow(2).sum())
+    assert not torch.allclose(state.h1_sq, state.hn_sq)

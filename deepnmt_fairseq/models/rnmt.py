@@ -202,6 +202,7 @@ class RNMTPlusEncoder(FairseqEncoder):
         self.output_units = 2 * hid
         # "A projection layer is added to the encoder final output" (Chen et al.)
         self.output_projection = _linear(2 * hid, args.decoder_hidden_size, args.rnmt_init_range)
+        self.deep_memory = args.deep_memory  # named in --log-mixing-weights' error (deep_translation)
         self.transparent = args.deep_memory == "transparent"
         self.embed_to_mix = None
         if self.transparent:

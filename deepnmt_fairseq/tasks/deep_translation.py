@@ -58,9 +58,12 @@ gradient clipping and the optimizer step):
   normalisation and loss scale cancel in the ratio.  The paper does not say
   whether h_N is taken before or after the final LayerNorm of a pre-norm
   encoder; we take the layer output, before it (the "output of the N-th layer").
+  For ``--arch rnmt_plus`` (Bapna et al. Fig. 2) h_i is the output of the i-th
+  bidirectional LSTM layer (both directions concatenated, residual included), before
+  the encoder's final projection.
 * **Mixing weights** s_{i,j}: ``encoder.memory.layer_mix.mixing_weights()`` in eval
   mode (no dropout on W), as used by this update's forward pass (i.e. before the
-  update's optimizer step).
+  update's optimizer step).  ``rnmt_plus`` has one attention module (M = 1): ``mix_{i}_1``.
 * **Gate statistics**: ``GatedFusion.last_gate_mean`` of every fused attention
   (encoder self-attention, Eq. 12; decoder cross-attention, Eq. 13) of the last
   forward pass of the update (the last micro-batch; with several decoder passes,
@@ -146,9 +149,12 @@ def unwrap_model(model):
 
 
 def _deep_memory(model) -> str:
-    opts = getattr(getattr(model, "encoder", None), "opts", None)
+    encoder = getattr(model, "encoder", None)
+    opts = getattr(encoder, "opts", None)
     if opts is not None:
         return f"--deep-memory {opts.deep_memory}"
+    if getattr(encoder, "deep_memory", None) is not None:  # rnmt_plus
+        return f"--deep-memory {encoder.deep_memory}"
     return f"a {type(model).__name__} (not deepnmt_transformer)"
 
 
