@@ -242,6 +242,17 @@ BAPNA = "Transparent (Bapna et al. 2018)"
 _BAPNA_PARAMS = {6: 94, 12: 120, 16: 137, 20: 154}
 
 
+def _chen2018(args, big=False):
+    """Bapna et al.'s Transformer: Chen et al. (2018)'s implementation (Sec. 2.2), a shared 32k
+    vocabulary (Sec. 2.1) but separate source, target and softmax embeddings (3 x 32k x d); big has
+    FFN 8192.  Neither choice is stated in the paper: they are the shapes whose counts are Chen et
+    al.'s Transformer Base 93.3M / Big 375.4M, the 94M / 375M of Table 1 (docs/parameter-counts.md)."""
+    _set(args, share_all_embeddings=False, share_decoder_input_output_embed=False)
+    if big:
+        _set(args, encoder_ffn_embed_dim=8192, decoder_ffn_embed_dim=8192)
+    (_wmt_big if big else _wmt_base)(args)
+
+
 def _register_transparent_wmt(layers):
     @_arch(f"transparent_wmt_base_{layers}l", BAPNA, f"Table 1 (Transparent, {layers} encoder layers)",
            _BAPNA_PARAMS[layers], key=("transparent_wmt_base", layers))
@@ -249,7 +260,7 @@ def _register_transparent_wmt(layers):
         _set(args, deep_memory="transparent")
         _depth(args, layers, 6)
         _norm(args, False)
-        _wmt_base(args)
+        _chen2018(args)
         deep_base_architecture(args)
 
     @_arch(f"postnorm_wmt_base_{layers}l", BAPNA, f"Table 1 (Baseline, {layers} encoder layers)",
@@ -257,7 +268,7 @@ def _register_transparent_wmt(layers):
     def plain(args):
         _depth(args, layers, 6)
         _norm(args, False)
-        _wmt_base(args)
+        _chen2018(args)
         deep_base_architecture(args)
 
     return fn, plain
@@ -271,7 +282,7 @@ for _n in (6, 12, 16, 20):
 def postnorm_wmt_big_6l(args):
     _depth(args, 6, 6)
     _norm(args, False)
-    _wmt_big(args)
+    _chen2018(args, big=True)
     deep_base_architecture(args)
 
 
