@@ -365,3 +365,12 @@ _register_rpr("desdar_48_1", "base", 48, 1, "Table 2 (DESDAR 48-1)", None)
 _register_rpr("gpkd_student_24_3", "base", 24, 3, "Table 6 (GPKD 24-3)", 106)
 _register_rpr("gpkd_student_24_1", "base", 24, 1, "Table 6 (GPKD 24-1)", 97)
 _register_rpr("gpkd_student_6_3", "base", 6, 3, "Table 6 (GPKD 6-3)", 48)
+
+
+# --------------------------------------------------------------------------
+# RNMT+ with transparent attention (Bapna et al. 2018, Tables 3-4): registered on
+# --arch rnmt_plus in rnmt.py; listed here with the other papers' rows.
+from .rnmt import RNMT_ARCHS, RNMT_ROWS  # noqa: E402
+
+PAPER_ROWS.update({name: (BAPNA, row, params) for name, (row, params) in RNMT_ROWS.items()})
+ARCHS.update({("rnmt_plus", *key): name for key, name in RNMT_ARCHS.items()})

@@ -397,6 +397,20 @@ class RNMTPlusModel(FairseqEncoderDecoderModel):
     def max_positions(self):
         return self.encoder.max_positions(), self.decoder.max_positions()
 
+    @staticmethod
+    def describe(args) -> str:
+        """One line for ``deepnmt-repro show`` (after the named architecture's defaults)."""
+        extra = [f"memory {args.deep_memory}"]
+        if args.no_encoder_residual:
+            extra.append("no encoder residuals")
+        if args.no_lstm_layer_norm:
+            extra.append("no per-gate LayerNorm")
+        return (f"RNMT+ {args.encoder_layers} bi-LSTM + {args.decoder_layers} LSTM layers, "
+                f"{args.encoder_hidden_size} units per direction, decoder {args.decoder_hidden_size}, "
+                f"emb {args.encoder_embed_dim}/{args.decoder_embed_dim}, {args.attention_heads} attention heads, "
+                f"residuals from layer {args.residual_start}, dropout {args.dropout:g} / attention "
+                f"{args.attention_dropout:g}, " + ", ".join(extra))
+
 
 # ------------------------------------------------------------------------------
 # named architectures

@@ -198,7 +198,7 @@ def cmd_show(argv: List[str], registry) -> int:
                 print(f"    model: {resolved_model(registry, exp, s)}")
             except ImportError:  # fairseq not installed: the registry alone
                 pass
-            print(f"    lr {r.lr:g} (inverse_sqrt, warmup {r.warmup_updates}), adam {r.adam_betas} eps {r.adam_eps:g}, "
+            print(f"    lr {r.lr:g} ({r.lr_scheduler}, warmup {r.warmup_updates}), adam {r.adam_betas} eps {r.adam_eps:g}, "
                   f"label smoothing {r.label_smoothing:g}, {r.tokens_per_update} tokens/update, {r.max_update} updates, "
                   f"save {r.save} keep {r.keep}")
             if s.data:

@@ -291,10 +291,16 @@ def ddp_backend(stage: TrainStage) -> str:
 
 
 def recipe_flags(r: Recipe) -> List[str]:
+    if r.lr_scheduler == "inverse_sqrt":
+        schedule = ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(r.warmup_updates),
+                    "--warmup-init-lr", f"{r.warmup_init_lr:g}"]
+    else:
+        schedule = ["--lr-scheduler", r.lr_scheduler, *r.scheduler_flags]
     flags = ["--optimizer", "adam", "--adam-betas", r.adam_betas, "--adam-eps", f"{r.adam_eps:g}",
              "--clip-norm", f"{r.clip_norm:g}", "--weight-decay", f"{r.weight_decay:g}",
-             "--lr", f"{r.lr:g}", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(r.warmup_updates),
-             "--warmup-init-lr", f"{r.warmup_init_lr:g}", "--max-update", str(r.max_update), "--seed", str(r.seed)]
+             "--lr", f"{r.lr:g}", *schedule, "--max-update", str(r.max_update), "--seed", str(r.seed)]
+    if r.patience:
+        flags += ["--patience", str(r.patience)]
     if r.save_interval_updates:
         flags += ["--save-interval-updates", str(r.save_interval_updates), "--keep-interval-updates", str(r.keep),
                   "--no-epoch-checkpoints"]

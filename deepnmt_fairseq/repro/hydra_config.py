@@ -199,13 +199,16 @@ def resolved_model(registry: Dict[str, Experiment], exp: Experiment, stage: Trai
     import copy
 
     import deepnmt_fairseq  # noqa: F401
-    from fairseq.models import ARCH_CONFIG_REGISTRY
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
     argv, _ = stage_argv(registry, exp, stage)
     names = {grp: argv[argv.index(flag) + 1] for flag, grp in _NAMED.items() if flag in argv}
     args, _ = _parse(argv, names)
     a = copy.copy(args)
     ARCH_CONFIG_REGISTRY[a.arch](a)
+    describe = getattr(ARCH_MODEL_REGISTRY[a.arch], "describe", None)  # e.g. rnmt_plus
+    if describe is not None:
+        return describe(a)
     extra = []
     if a.deep_memory == "msc":
         extra.append(f"MSC blocks {a.msc_block_layers}, fusion {a.msc_fusion}, context {a.msc_context_cell}")

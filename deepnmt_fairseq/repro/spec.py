@@ -64,6 +64,14 @@ class Recipe:
     save: str = "epoch"  # "epoch" or "updates:N"
     keep: int = 10  # checkpoints kept (--keep-last-epochs / --keep-interval-updates)
     seed: int = 1
+    # early stopping: stop when the validation loss has not improved for this many validations
+    # (fairseq --patience; 0 = train to max_update).  GPKD two-stage training, stage 1: "early stop
+    # it when the model converges on the validation set".
+    patience: int = 0
+    # fairseq learning-rate scheduler: "inverse_sqrt" uses lr/warmup_updates/warmup_init_lr above; any
+    # other scheduler gets ``--lr-scheduler NAME`` plus ``scheduler_flags`` (e.g. RNMT+'s tri_stage)
+    lr_scheduler: str = "inverse_sqrt"
+    scheduler_flags: Tuple[str, ...] = ()
     notes: Tuple[Tuple[str, str], ...] = ()
 
     def with_(self, **kw) -> "Recipe":

@@ -199,6 +199,9 @@ deep-decoder paper's checkpoint averaging (Vaswani: last 5 / 20); GPKD's optimiz
 lr 0.002, 16K warm-up: Wang et al. 2019a / the authors' scripts), student training lengths (the Base
 schedule) and the reading that one GP-trained teacher stands for the Deep-RPR rows; the collapse-reducing
 weights α_DDR 1, α_ALD 0.5, p_ALD 0.3, τ 0.1 and CAD drop depth round(21/27·L), ratio 0.5.
+RNMT+ rows (Bapna Tables 3-4): Chen et al.'s (2018) warm-up / hold / exponential-decay schedule with
+n = 8 replicas (fairseq `tri_stage`), Adam (0.9, 0.98) ε 1e-6, dropout 0.3 and 200K updates (the
+authors' lingvo En-De configuration; `deepnmt_fairseq/models/rnmt.py` lists the model's choices).
 
 ## Tables
 """
@@ -222,7 +225,8 @@ def _stage_line(exp, stage) -> str:
 
     return (f"`{stage.name}`: `--arch {stage.arch}{(' ' + flags) if flags else ''}` "
             f"({resolved_model(experiments.EXPERIMENTS, exp, stage)}), criterion `{crit}`, "
-            f"lr {r.lr:g} (warm-up {r.warmup_updates}), Adam {r.adam_betas}, {r.tokens_per_update:,} tokens/update, "
+            f"lr {r.lr:g} ({'' if r.lr_scheduler == 'inverse_sqrt' else r.lr_scheduler + ', '}"
+            f"warm-up {r.warmup_updates}), Adam {r.adam_betas}, {r.tokens_per_update:,} tokens/update, "
             f"{r.max_update:,} updates, save {r.save}, ddp {ddp_backend(stage)}{data}{init}")
 
 
