@@ -14,7 +14,8 @@
 #      no dependency can replace it.
 #   3. fairseq 0.12.3 that works on modern Python: ve-fairseq (binary wheels, CPython
 #      3.11/3.12) or fairseq-fixed built with --no-build-isolation (other versions).
-#   4. this package, editable, with its test extras.
+#   4. this package, editable, with its test and deploy extras (deploy = CTranslate2, which
+#      depends on numpy and pyyaml only; the constraints file keeps torch as it is).
 # It is idempotent: a second run only checks.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -82,8 +83,8 @@ if ! "$PY" -c 'import fairseq' >/dev/null 2>&1; then
   esac
 fi
 
-log "installing deepnmt-fairseq (editable) and its dependencies"
-"${PIPC[@]}" -e "$HERE[test]"
+log "installing deepnmt-fairseq (editable) with its test and deploy (CTranslate2) extras"
+"${PIPC[@]}" -e "$HERE[test,deploy]"
 
 AFTER="$("$PY" -W ignore -c 'import torch; print(torch.__version__)')"
 if [[ "$AFTER" != "$TORCH_VERSION" ]]; then

@@ -1,0 +1,192 @@
+"""Translate raw text with an exported model (``deepnmt-translate``).
+
+    deepnmt-translate --model OUT_DIR < raw.src > raw.hyp
+    deepnmt-translate --model OUT_DIR --input raw.src --output raw.hyp [--beam 5] [--lenpen 1]
+                      [--batch-size 32] [--intra-threads 1] [--inter-threads 1] [--device cpu]
+
+Each input line goes through the model's own tokenization and BPE (recorded at export,
+:mod:`.text`), CTranslate2 beam search, BPE removal and detokenization.  Line handling:
+
+* one output line for every input line, in input order; nothing is dropped or reordered;
+* an empty (or all-whitespace) line gives an empty line without running the model;
+* characters and words not in the vocabulary become ``<unk>`` as in fairseq-interactive;
+* a line longer than the model's limit (``max_source_positions`` subword tokens, ``</s>``
+  included) is truncated to it with a warning naming the line (fairseq-interactive stops at
+  such a line and loses the rest of the input).
+
+Search settings mirror fairseq-generate's: ``--beam``, ``--lenpen`` (score / length^lenpen,
+fairseq's normalization), ``--max-len`` (fairseq's ``--max-len-b`` with ``--max-len-a 0``,
+capped at the target positions), at least one token before ``</s>`` (fairseq's
+``--min-len 1``).
+
+Threads: CTranslate2's ``intra_threads`` (OpenMP threads per batch) default to 1: on the
+2-vCPU machines this project was measured on, 2 intra threads were 6.7x *slower* one
+sentence at a time (docs: README "Deployment"); use ``--inter-threads`` (batches in parallel)
+for throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Iterable, Iterator, List, Optional, TextIO
+
+from . import METADATA, require_ctranslate2
+from .text import TextPipeline, Tokenization
+
+logger = logging.getLogger("deepnmt_fairseq.deploy")
+
+
+def read_metadata(model_dir: str) -> dict:
+    path = Path(model_dir) / METADATA
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} missing: {model_dir} is not a directory written by deepnmt-export-ct2")
+    return json.loads(path.read_text())
+
+
+class DeployedModel:
+    """An exported model: text pipeline + CTranslate2 translator."""
+
+    def __init__(self, model_dir: str, device: str = "cpu", compute_type: str = "default",
+                 intra_threads: int = 1, inter_threads: int = 1):
+        ct2 = require_ctranslate2()
+        self.model_dir = str(model_dir)
+        self.meta = read_metadata(model_dir)
+        self.pipeline = TextPipeline(Tokenization.from_dict(self.meta["tokenization"]), self.model_dir)
+        # CTranslate2 appends </s> (add_source_eos): the tokens themselves get one position less
+        self.max_source_tokens = int(self.meta["max_source_positions"]) - 1
+        self.max_target_positions = int(self.meta["max_target_positions"])
+        self.translator = ct2.Translator(self.model_dir, device=device, compute_type=compute_type,
+                                         intra_threads=intra_threads, inter_threads=inter_threads)
+
+    def search_options(self, beam: int = 5, lenpen: float = 1.0, max_len: int = 200, batch_size: int = 32,
+                       batch_type: str = "examples") -> dict:
+        """CTranslate2 options that reproduce fairseq-generate's search."""
+        # fairseq: max_len = min(max_len_b, max_decoder_positions - 1) tokens, then </s> is forced
+        # (and scored); CTranslate2 stops after max_decoding_length tokens without </s> (measured),
+        # so a hypothesis cut at the limit can rank differently; below the limit the searches agree.
+        # min_decoding_length 1 = fairseq's --min-len 1: no empty hypothesis.
+        limit = min(int(max_len), self.max_target_positions - 1)
+        return dict(beam_size=beam, length_penalty=lenpen, max_decoding_length=limit,
+                    min_decoding_length=1, max_batch_size=batch_size, batch_type=batch_type,
+                    max_input_length=0, return_scores=False)
+
+    def translate_tokens(self, sources: List[List[str]], **search) -> List[List[str]]:
+        """Subword sources -> subword hypotheses (an empty source gives an empty hypothesis)."""
+        opts = self.search_options(**search)
+        todo = [i for i, s in enumerate(sources) if s]
+        out: List[List[str]] = [[] for _ in sources]
+        if todo:
+            results = self.translator.translate_batch([sources[i] for i in todo], **opts)
+            for i, r in zip(todo, results):
+                out[i] = list(r.hypotheses[0])
+        return out
+
+    def encode(self, line: str, line_no: Optional[int] = None) -> List[str]:
+        tokens = self.pipeline.encode(line)
+        if len(tokens) > self.max_source_tokens:
+            where = f"line {line_no}" if line_no is not None else "a line"
+            logger.warning("%s: %d subword tokens, truncated to the model's limit of %d "
+                           "(max_source_positions %d, </s> included)", where, len(tokens),
+                           self.max_source_tokens, self.max_source_tokens + 1)
+            tokens = tokens[: self.max_source_tokens]
+        return tokens
+
+    def translate_lines(self, lines: Iterable[str], chunk: int = 1024, first_line: int = 1,
+                        progress=None, **search) -> Iterator[str]:
+        """Raw lines -> raw translations, one per line, in order (streamed by chunks)."""
+        buf: List[str] = []
+        no = first_line
+        for line in lines:
+            buf.append(line.rstrip("\r\n"))
+            if len(buf) >= chunk:
+                yield from self._chunk(buf, no, progress, search)
+                no += len(buf)
+                buf = []
+        if buf:
+            yield from self._chunk(buf, no, progress, search)
+
+    def _chunk(self, buf: List[str], first: int, progress, search) -> Iterator[str]:
+        sources = [self.encode(line, first + k) for k, line in enumerate(buf)]
+        hyps = self.translate_tokens(sources, **search)
+        self.target_tokens = getattr(self, "target_tokens", 0) + sum(len(h) + 1 for h in hyps if h)
+        for h in hyps:
+            yield self.pipeline.decode(h) if h else ""
+        if progress is not None:
+            progress.update(len(buf))
+
+
+def _count_lines(path: str) -> int:
+    with open(path, "rb") as f:
+        return sum(1 for _ in f)
+
+
+def main(argv=None) -> int:
+    from ..console import quiet_known_warnings
+
+    quiet_known_warnings()
+    p = argparse.ArgumentParser(prog="deepnmt-translate", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="directory written by deepnmt-export-ct2")
+    p.add_argument("--input", "-i", help="raw source text, one sentence per line (default: stdin)")
+    p.add_argument("--output", "-o", help="where translations go (default: stdout)")
+    p.add_argument("--beam", type=int, default=5, help="beam size (1 = greedy)")
+    p.add_argument("--lenpen", type=float, default=1.0, help="length penalty, as fairseq-generate's --lenpen")
+    p.add_argument("--max-len", type=int, default=200,
+                   help="longest hypothesis in subword tokens before </s> (fairseq's --max-len-b)")
+    p.add_argument("--batch-size", type=int, default=32, help="sentences per CTranslate2 batch")
+    p.add_argument("--intra-threads", type=int, default=1,
+                   help="threads per batch (default 1: faster than 2 on 2-vCPU machines, see README)")
+    p.add_argument("--inter-threads", type=int, default=1, help="batches translated in parallel")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    p.add_argument("--compute-type", default="default",
+                   help="CTranslate2 compute type (default: the exported weights' type; e.g. int8, float16)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar when reading a file")
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        model = DeployedModel(a.model, a.device, a.compute_type, a.intra_threads, a.inter_threads)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"deepnmt-translate: error: {e}", file=sys.stderr)
+        return 2
+    search = dict(beam=a.beam, lenpen=a.lenpen, max_len=a.max_len, batch_size=a.batch_size)
+    src: TextIO = open(a.input, encoding="utf-8", newline="\n") if a.input else sys.stdin
+    dst: TextIO = open(a.output, "w", encoding="utf-8", newline="\n") if a.output else sys.stdout
+    progress = None
+    if a.input and not a.no_progress:
+        try:
+            from tqdm import tqdm
+
+            progress = tqdm(total=_count_lines(a.input), unit="lines", file=sys.stderr, desc="translating")
+        except ImportError:  # pragma: no cover
+            progress = None
+    t0 = time.perf_counter()
+    n = 0
+    try:
+        # a terminal on stdin: one line at a time, so an interactive user gets answers as they type
+        chunk = 1 if not a.input and sys.stdin.isatty() else 1024
+        for out in model.translate_lines(src, chunk=chunk, progress=progress, **search):
+            dst.write(out + "\n")
+            n += 1
+            if chunk == 1:
+                dst.flush()
+    finally:
+        if progress is not None:
+            progress.close()
+        if a.input:
+            src.close()
+        if a.output:
+            dst.close()
+    dt = time.perf_counter() - t0
+    toks = getattr(model, "target_tokens", 0)
+    print(f"deepnmt-translate: {n} lines, {toks} target tokens in {dt:.1f} s "
+          f"({toks / max(dt, 1e-9):.0f} tok/s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
