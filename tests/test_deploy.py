@@ -228,6 +228,13 @@ def test_dlcl_refused_if_present():
     assert any("DLCL" in w for w in why), why
 
 
+def test_rnmt_plus_refused():
+    from deepnmt_fairseq.deploy.export import refusals
+
+    why = refusals(build_model("rnmt_plus", extra=["--encoder-layers", "2", "--decoder-layers", "2"]))
+    assert len(why) == 1 and "RNMT+" in why[0], why
+
+
 def test_plain_models_are_exportable():
     from deepnmt_fairseq.deploy.export import refusals
 
