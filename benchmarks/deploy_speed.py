@@ -1,0 +1,243 @@
+#!/usr/bin/env python
+"""Decoding speed: CTranslate2 (exported by deepnmt-export-ct2) vs fairseq-generate, in one run.
+
+    python benchmarks/deploy_speed.py [--sentences 32] [--single 12] [--repeat 2] [--out benchmarks/results]
+
+Models: GPKD-style RPR-only Transformers (``--no-token-positional-embeddings
+--rpr-max-relative-position 8``, pre-norm; the variant that exports): a 6-6 student, DESDAR
+48-1 and its 48-6 teacher shape, width 256 / FFN 1024 / 4 heads / 8k shared vocabulary,
+untrained (speed only).  Sources: random tokens, lengths 10-40 (seeded), sorted by length as
+fairseq-generate batches them.  Output length is pinned (``min_len = max_len`` in both
+engines), so every engine and model produces the same number of target tokens and does the
+same number of beam-search steps (an untrained model would otherwise stop at random places).
+
+Engines, each at its best setting on a 2-vCPU machine (docs: README "Deployment"):
+
+* fairseq: ``SequenceGenerator`` (what fairseq-generate runs, without process start-up),
+  2 torch threads, batches of ``--batch-size`` sentences / one sentence at a time;
+* CTranslate2 int8 and float32: batched with ``inter_threads=2 x intra_threads=1``
+  (two batches in parallel), ``max_batch_size=16``; one sentence at a time with
+  ``intra_threads=1``.
+
+Target tokens per second count ``</s>`` as fairseq does (L + 1 per sentence).  Engines and
+models alternate inside every round, medians over ``--repeat`` rounds after one warm-up.
+The report checks the issue's targets and writes ``deploy-speed-cpu.{md,json}`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+SHAPE = dict(d=256, f=1024, h=4, vocab=8000, rpr=8)
+MODELS = {"student 6-6": (6, 6), "DESDAR 48-1": (48, 1), "deep 48-6": (48, 6)}
+
+
+def build(enc: int, dec: int):
+    from deepnmt_fairseq.cli.param_counts import build_model
+
+    s = SHAPE
+    flags = ["--encoder-layers", enc, "--decoder-layers", dec, "--encoder-embed-dim", s["d"], "--decoder-embed-dim",
+             s["d"], "--encoder-ffn-embed-dim", s["f"], "--decoder-ffn-embed-dim", s["f"], "--encoder-attention-heads",
+             s["h"], "--decoder-attention-heads", s["h"], "--share-all-embeddings", "--no-token-positional-embeddings",
+             "--rpr-max-relative-position", s["rpr"], "--dropout", "0.1"]
+    torch.manual_seed(0)
+    model = build_model("deepnmt_transformer", s["vocab"], [str(x) for x in flags]).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def sources(n: int, seed: int):
+    rng = random.Random(seed)
+    lens = sorted(rng.randint(10, 40) for _ in range(n))
+    return [[rng.randrange(4, SHAPE["vocab"]) for _ in range(k)] for k in lens]
+
+
+class Fairseq:
+    def __init__(self, model, beam, length, batch_size):
+        from fairseq.sequence_generator import SequenceGenerator
+
+        self.model, self.batch_size = model, batch_size
+        self.gen = SequenceGenerator([model], model.decoder.dictionary, beam_size=beam, max_len_a=0,
+                                     max_len_b=length, min_len=length)
+
+    def run(self, srcs):
+        n_tok = 0
+        pad, eos = self.model.encoder.dictionary.pad(), self.model.encoder.dictionary.eos()
+        with torch.no_grad():
+            for i in range(0, len(srcs), self.batch_size):
+                chunk = srcs[i: i + self.batch_size]
+                T = max(len(s) for s in chunk) + 1
+                src = torch.full((len(chunk), T), pad, dtype=torch.long)
+                for k, s in enumerate(chunk):  # left padding, as fairseq's translation task
+                    src[k, T - len(s) - 1: T - 1] = torch.tensor(s)
+                    src[k, T - 1] = eos
+                lens = torch.tensor([len(s) + 1 for s in chunk])
+                hyps = self.gen.generate([self.model], {"net_input": {"src_tokens": src, "src_lengths": lens}})
+                n_tok += sum(len(h[0]["tokens"]) for h in hyps)
+        return n_tok
+
+
+class CT2:
+    def __init__(self, model_dir, words, compute_type, beam, length, batched):
+        import ctranslate2
+
+        self.words, self.beam, self.length, self.batched = words, beam, length, batched
+        self.tr = ctranslate2.Translator(model_dir, compute_type=compute_type, intra_threads=1,
+                                         inter_threads=2 if batched else 1)
+
+    def run(self, srcs):
+        toks = [[self.words[i] for i in s] for s in srcs]
+        # L + 1 steps, as fairseq's L tokens + the forced </s>
+        opts = dict(beam_size=self.beam, max_decoding_length=self.length + 1, min_decoding_length=self.length + 1,
+                    max_input_length=0)
+        if self.batched:
+            res = self.tr.translate_batch(toks, max_batch_size=16, **opts)
+        else:
+            res = [r for t in toks for r in self.tr.translate_batch([t], **opts)]
+        return sum(len(r.hypotheses[0]) for r in res)
+
+
+def measure(runners, srcs, warmup, repeat):
+    """name -> median target tokens per second; runners alternate inside every round."""
+    rates = {k: [] for k in runners}
+    for it in range(warmup + repeat):
+        for name, r in runners.items():
+            t = time.perf_counter()
+            n = r.run(srcs)
+            dt = time.perf_counter() - t
+            if it >= warmup:
+                rates[name].append(n / dt)
+    return {k: statistics.median(v) for k, v in rates.items()}
+
+
+def best_torch_threads(model, choice: str) -> int:
+    """fairseq's torch threads: ``auto`` probes 1 and 2 on a small beam-5 run and keeps the
+    faster (on a loaded 2-vCPU machine OpenMP's spinning makes 2 threads up to 100x slower)."""
+    if choice != "auto":
+        torch.set_num_threads(int(choice))
+        return int(choice)
+    probe = Fairseq(model, 5, 8, 8)
+    srcs = sources(8, 3)
+    best = None
+    for n in (1, 2):
+        torch.set_num_threads(n)
+        probe.run(srcs[:2])
+        t = time.perf_counter()
+        probe.run(srcs)
+        dt = time.perf_counter() - t
+        print(f"fairseq probe: {n} torch threads {dt:.2f} s", flush=True)
+        if best is None or dt < best[1]:
+            best = (n, dt)
+    torch.set_num_threads(best[0])
+    return best[0]
+
+
+def export(model, root: Path) -> str:
+    from deepnmt_fairseq.deploy.export import build_spec
+
+    spec = build_spec(model)
+    spec.validate()
+    spec.optimize()
+    out = tempfile.mkdtemp(dir=root)
+    spec.save(out)
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sentences", type=int, default=32, help="batched runs: this many sentences")
+    ap.add_argument("--single", type=int, default=12, help="one-at-a-time runs: this many sentences")
+    ap.add_argument("--length", type=int, default=24, help="pinned output length L (tokens before </s>)")
+    ap.add_argument("--batch-size", type=int, default=32, help="fairseq batch (sentences)")
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--threads", default="auto", help="fairseq's torch threads: 1, 2 or auto (the faster)")
+    ap.add_argument("--out", default="benchmarks/results")
+    a = ap.parse_args(argv)
+    import ctranslate2
+
+    import deepnmt_fairseq  # noqa: F401
+
+    tmp = Path(tempfile.mkdtemp(prefix="deploy_speed_"))
+    models = {name: build(*depth) for name, depth in MODELS.items()}
+    threads = best_torch_threads(models["student 6-6"], a.threads)
+    words = models["student 6-6"].encoder.dictionary.symbols
+    dirs = {name: export(m, tmp) for name, m in models.items()}
+    batched, single = sources(a.sentences, 1), sources(a.single, 2)
+    settings = [("beam 5, batched", 5, batched, True), ("beam 5, one at a time", 5, single, False),
+                ("beam 4, batched", 4, batched, True), ("greedy, batched", 1, batched, True)]
+    rows = []
+    for label, beam, srcs, is_batched in settings:
+        runners = {}
+        for name, m in models.items():
+            runners[(name, "fairseq")] = Fairseq(m, beam, a.length, a.batch_size if is_batched else 1)
+            runners[(name, "ct2 int8")] = CT2(dirs[name], words, "int8", beam, a.length, is_batched)
+            runners[(name, "ct2 float32")] = CT2(dirs[name], words, "float32", beam, a.length, is_batched)
+        rates = measure(runners, srcs, a.warmup, a.repeat)
+        for (name, engine), r in rates.items():
+            rows.append({"setting": label, "model": name, "engine": engine, "tok_s": round(r, 1)})
+        print(label, {f"{k[0]} / {k[1]}": round(v) for k, v in rates.items()}, flush=True)
+
+    def rate(setting, model, engine):
+        return next(r["tok_s"] for r in rows if r["setting"] == setting and r["model"] == model
+                    and r["engine"] == engine)
+
+    checks = []
+    for model in ("student 6-6", "DESDAR 48-1"):
+        for setting in ("beam 5, batched", "beam 5, one at a time"):
+            x = rate(setting, model, "ct2 int8") / rate(setting, model, "fairseq")
+            checks.append((f"CTranslate2 int8 vs fairseq, {model}, {setting}", x, 3.0))
+    for engine in ("fairseq", "ct2 int8", "ct2 float32"):
+        x = rate("beam 4, batched", "DESDAR 48-1", engine) / rate("beam 4, batched", "deep 48-6", engine)
+        checks.append((f"48-1 vs 48-6, {engine}, beam 4, batched", x, 2.0))
+        x = rate("greedy, batched", "DESDAR 48-1", engine) / rate("greedy, batched", "deep 48-6", engine)
+        checks.append((f"48-1 vs 48-6, {engine}, greedy, batched", x, None))
+    info = {"python": platform.python_version(), "torch": torch.__version__, "ctranslate2": ctranslate2.__version__,
+            "cpu": platform.processor() or platform.machine(), "fairseq_threads": threads,
+            "cpus": os.cpu_count(), "load_average_at_end": os.getloadavg(),
+            "gpu": "none in this session (CUDA table not measured)", "shape": SHAPE, "length": a.length,
+            "sentences": a.sentences, "single": a.single, "repeat": a.repeat}
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "deploy-speed-cpu.json").write_text(json.dumps({"machine": info, "rows": rows, "checks": [
+        {"what": w, "ratio": round(x, 2), "target": t, "met": None if t is None else x >= t} for w, x, t in checks]},
+        indent=1) + "\n")
+    lines = ["# Deployment speed, CPU (benchmarks/deploy_speed.py)", "",
+             f"Machine: {info['cpu']}, Python {info['python']}, torch {info['torch']}, CTranslate2 "
+             f"{info['ctranslate2']}; {info['cpus']} vCPUs, load average at the end {info['load_average_at_end'][0]:.1f} "
+             f"(the machine was shared). fairseq with {info['fairseq_threads']} torch thread(s) (the faster of 1 and "
+             f"2, probed); CTranslate2 intra_threads 1, inter_threads 2 batched. No GPU in this session: the CUDA "
+             f"table is not measured.", "",
+             f"Models: RPR-only pre-norm Transformers (k = {SHAPE['rpr']}), width {SHAPE['d']}, FFN {SHAPE['f']}, "
+             f"{SHAPE['h']} heads, {SHAPE['vocab']} shared vocabulary, untrained. Sources: {a.sentences} random "
+             f"sentences of 10-40 tokens (batched), {a.single} (one at a time). Output length pinned to "
+             f"{a.length} tokens + </s>. Median of {a.repeat} alternating rounds after {a.warmup} warm-up.", "",
+             "| setting | model | fairseq tok/s | CT2 int8 tok/s | CT2 float32 tok/s | int8 / fairseq |",
+             "|---|---|---|---|---|---|"]
+    for label, *_ in settings:
+        for name in MODELS:
+            f, i8, f32 = (rate(label, name, e) for e in ("fairseq", "ct2 int8", "ct2 float32"))
+            lines.append(f"| {label} | {name} | {f:.0f} | {i8:.0f} | {f32:.0f} | {i8 / f:.2f} |")
+    lines += ["", "| target | measured | target | met |", "|---|---|---|---|"]
+    for w, x, t in checks:
+        lines.append(f"| {w} | {x:.2f}x | {'>= %.1fx' % t if t else 'report'} | "
+                     f"{'-' if t is None else ('yes' if x >= t else 'NO')} |")
+    (out / "deploy-speed-cpu.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
