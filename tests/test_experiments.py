@@ -185,14 +185,18 @@ def test_skd_and_extract_commands_use_existing_flags(capsys):
                 assert tok in help_text, (cli, tok)
     # the student starts from the extracted layers of the teacher's averaged model, trains on its SKD data
     ext = by_kind["extract"]
-    assert _flag(ext.argv, "--teacher").endswith("gpkd-wmt14-ende-48L-ssl-gp-teacher/train/checkpoint_avg5.pt")
+    assert _flag(ext.argv, "--teacher").endswith("gpkd-wmt14-ende-48L-ssl-gp-e2-d6-teacher/train/checkpoint_avg5.pt")
     assert (_flag(ext.argv, "--encoder-group-size"), _flag(ext.argv, "--decoder-group-size")) == ("2", "6")
     student = [s for s in _plan("gpkd-wmt14-ende-24-1") if s.kind == "train"][0]
-    assert student.argv[1].endswith("gpkd-wmt14-ende-48L-ssl-gp-teacher/skd/bin")
+    assert student.argv[1].endswith("gpkd-wmt14-ende-48L-ssl-gp-e2-d6-teacher/skd/bin")
     assert _flag(student.argv, "--finetune-from-model") == _flag(ext.argv, "--output")
-    # skipping sub-layer continues the converged teacher with its optimizer state (two-stage training)
-    (ssl,) = _plan("gpkd-wmt14-ende-48L-ssl")
-    assert _flag(ssl.argv, "--continue-once").endswith("gpkd-wmt14-ende-48L-teacher/train/checkpoint_last.pt")
+    # skipping sub-layer continues the early-stopped stage 1 from its averaged weights with its optimizer
+    # state and update count (two-stage training)
+    avg, ssl = _plan("gpkd-wmt14-ende-48L-ssl")
+    assert avg.kind == "average" and "--keep-training-state" in avg.argv
+    assert _flag(avg.argv, "--inputs").endswith("/gpkd-wmt14-ende-48L-converged")
+    assert _flag(ssl.argv, "--continue-once") == _flag(avg.argv, "--output")
+    assert _flag(ssl.argv, "--continue-once").endswith("gpkd-wmt14-ende-48L-converged/checkpoint_avg5.resume.pt")
     assert _flag(ssl.argv, "--ssl-rate") == "0.4" and _flag(ssl.argv, "--gp-group-size") is None
 
 
@@ -258,7 +262,7 @@ def test_missing_input_of_another_experiment_is_a_clear_error(tmp_path):
     res = subprocess.run(["bash", str(SCRIPTS / "train.sh"), "gpkd-wmt14-ende-48L-skd", "--gpus", "0"],
                          capture_output=True, text=True, env=env)
     assert res.returncode == 1
-    assert "gpkd-wmt14-ende-48L-teacher" in res.stderr and "run the experiment" in res.stderr
+    assert "gpkd-wmt14-ende-48L/skd" in res.stderr and "run the experiment" in res.stderr
     assert not (tmp_path / "ck" / "gpkd-wmt14-ende-48L-skd").exists()
 
 
@@ -330,7 +334,7 @@ def test_docs_and_results_table(tmp_path):
     # measured numbers appear next to the paper's once a results.json exists
     ck = tmp_path / "ck"
     for name, bleu, tps in (("gpkd-wmt14-ende-desdar-48-1", 28.0, 300.0), ("gpkd-wmt14-ende-base-6L", 27.0, 150.0),
-                            ("gpkd-wmt14-ende-48L-teacher", 29.5, 100.0)):
+                            ("gpkd-wmt14-ende-48L", 29.5, 100.0)):
         (ck / name).mkdir(parents=True)
         (ck / name / "results.json").write_text(json.dumps({"bleu": bleu, "tokens_per_s": tps}))
     text = results_table.render(ck, "gpkd-t2")
@@ -610,29 +614,32 @@ def test_deep_decoder_cad_crt_family_with_averaging(corpus_env):
 
 @pytest.mark.slow
 def test_gpkd_family_teacher_skd_extract_student(corpus_env):
-    """GPKD: GP teacher -> SKD data -> one layer per group -> student on the SKD data; and the
-    skipping sub-layer's second stage, which continues the converged teacher (--continue-once)."""
+    """GPKD: GP teacher -> SKD data -> one layer per group with the teacher's h -> student on the SKD
+    data; and the skipping sub-layer's two stages: the early-stopped plain model, continued with
+    skipping (--continue-once: weights, optimizer state, schedule and update count)."""
     env = corpus_env["env"]
     ck = corpus_env["root"] / "ck"
     teacher, student, ssl = "gpkd-wmt14-ende-48L-teacher", "gpkd-wmt14-ende-48L-gpkd", "gpkd-wmt14-ende-48L-ssl"
+    stage1 = "gpkd-wmt14-ende-48L-converged"
     skd_args = "--shards 1 --max-len-a 0 --max-len-b 2 --batch-size 512"
-    layers = ["--encoder-layers", "8", "--decoder-layers", "6"]  # GP groups: encoder h=8, decoder h=6
+    layers = ["--encoder-layers", "8", "--decoder-layers", "1"]  # GP groups: encoder h=8
     _sh("train.sh", teacher, "--max-tokens", "1024", "--average", "1", "--skd-args", skd_args, "--", *TINY, *layers,
         env=env)
     assert (ck / teacher / "train" / ".done").exists() and (ck / teacher / "skd" / "bin" / ".done").exists()
     tcmd = json.loads((ck / teacher / "train" / "commands.jsonl").read_text().splitlines()[-1])["argv"]
-    assert (_flag(tcmd, "--gp-group-size"), _flag(tcmd, "--gp-decoder-group-size")) == ("8", "6")
+    assert (_flag(tcmd, "--gp-group-size"), _flag(tcmd, "--gp-decoder-group-size")) == ("8", None)
     assert _flag(tcmd, "--ddp-backend") == "legacy_ddp"
     from fairseq.data import data_utils
 
     skd = data_utils.load_indexed_dataset(str(ck / teacher / "skd" / "bin" / "train.en-de.de"), None)
     assert len(skd) == SUBSET["train"]  # every training sentence translated by the teacher
     _sh("train.sh", student, "--max-tokens", "1024", "--average", "1", "--", *TINY, "--encoder-layers", "1",
-        "--decoder-layers", "6", env=env)
+        "--decoder-layers", "1", env=env)
     from deepnmt_fairseq.checkpoint_safety import load_checkpoint
 
     init = load_checkpoint(str(ck / student / "extract" / "student-init.pt"))
-    assert (init["cfg"]["model"].encoder_layers, init["cfg"]["model"].decoder_layers) == (1, 6)
+    assert (init["cfg"]["model"].encoder_layers, init["cfg"]["model"].decoder_layers) == (1, 1)
+    assert init["extra_state"]["gpkd_student"]["teacher_gp_group_size"]["encoder"] == 8
     scmd = json.loads((ck / student / "student" / "commands.jsonl").read_text().splitlines()[-1])["argv"]
     assert scmd[1] == str(ck / teacher / "skd" / "bin")
     assert _flag(scmd, "--finetune-from-model") == str(ck / student / "extract" / "student-init.pt")
@@ -640,10 +647,13 @@ def test_gpkd_family_teacher_skd_extract_student(corpus_env):
     assert "loading pretrained model from" in slog and "student-init.pt" in slog
     _sh("evaluate.sh", student, "--average", "1", "--", *FAST_DECODE, env=env)
     _check_results(ck / student / "results.json", corpus_env, student)
-    # two-stage skipping sub-layer: the teacher's 2 updates go on to 4 with skipping on and GP off
-    _sh("train.sh", ssl, "--max-tokens", "1024", "--", *TINY, *layers, "--max-update", "4", env=env)
+    # two-stage skipping sub-layer: stage 1 (plain, early stopping) for 2 updates, stage 2 goes on to 4
+    _sh("train.sh", stage1, "--max-tokens", "1024", "--", *TINY, *layers, "--max-update", "2", env=env)
+    c1 = json.loads((ck / stage1 / "commands.jsonl").read_text().splitlines()[-1])["argv"]
+    assert _flag(c1, "--patience") == str(experiments.GPKD_PATIENCE) and _flag(c1, "--ssl-rate") is None
+    _sh("train.sh", ssl, "--max-tokens", "1024", "--average", "1", "--", *TINY, *layers, "--max-update", "4", env=env)
     log = (ck / ssl / "train.log").read_text()
-    assert "checkpoint_last.pt" in log and "@ 2 updates" in log  # restored the teacher at update 2
+    assert f"{ck / stage1}/checkpoint_last.pt" in log and "@ 2 updates" in log  # restored stage 1 at update 2
     state = load_checkpoint(str(ck / ssl / "checkpoint_last.pt"))
     assert state["optimizer_history"][-1]["num_updates"] == 4
     assert bool(state["model"]["encoder.ssl_active"]) and state["cfg"]["model"].gp_group_size == 1

@@ -197,7 +197,8 @@ def test_extracted_student_equals_manually_assembled_model(extra, enc_h, dec_h):
     flags = TINY + extra
     teacher = build_model("deepnmt_transformer", flags, seed=1).eval()
     state = _checkpoint_of(teacher, _args_for(flags))
-    student_state = extract(state, enc_h, dec_h, "random", seed=4)
+    # weight remapping only: these teachers are not GP-trained (the procedure's refusal: test_gpkd_procedure.py)
+    student_state = extract(state, enc_h, dec_h, "random", seed=4, allow_group_size_mismatch=True)
     info = student_state["extra_state"]["gpkd_student"]
     s_args = student_state["cfg"]["model"]
     # rebuild from the student's config, load the extracted weights

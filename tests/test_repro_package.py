@@ -212,7 +212,7 @@ def test_non_zero_rank_fails_at_once_on_inputs_no_rank_will_write(tmp_path, monk
     t.start()
     t.join(timeout=20)
     assert not t.is_alive(), "rank 1 waits for an input that no rank of this run writes"
-    assert "missing input" in outcome["error"] and "gpkd-wmt14-ende-48L-ssl-gp-teacher" in outcome["error"]
+    assert "missing input" in outcome["error"] and "gpkd-wmt14-ende-48L-ssl-gp-e2-d6-teacher" in outcome["error"]
 
 
 # ------------------------------------------------------------------------------ wheel (slow)
@@ -285,6 +285,6 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
             assert str(REPO) not in ln
         assert str(outside / "ck" / name) in out
         if name.startswith("gpkd"):  # the student trains on its teacher's SKD data
-            assert str(outside / "ck" / "gpkd-wmt14-ende-48L-ssl-gp-teacher" / "skd" / "bin") in out
+            assert str(outside / "ck" / "gpkd-wmt14-ende-48L-ssl-gp-e2-d6-teacher" / "skd" / "bin") in out
         else:  # default data root: ./work under the current directory
             assert f" {outside / 'work' / 'data'}/" in trains[0]

@@ -16,6 +16,13 @@ float64 and cast back; integer/bool buffers must agree and are copied.  The
 output keeps the newest input's configuration and training state but not its
 optimizer state (use ``--reset-optimizer`` to train from it).  It is written
 atomically and never overwrites an existing file unless ``--overwrite``.
+
+``--keep-training-state`` also keeps the newest input's optimizer state, so that
+``fairseq-train --continue-once AVG.pt`` continues *training* from the averaged
+weights: Adam's moments, the learning-rate schedule and the update count go on
+from the newest checkpoint (no second warm-up).  This is how a second training
+stage starts from a converged, averaged first stage (GPKD two-stage training,
+docs/reproduction.md).
 """
 
 from __future__ import annotations
@@ -86,8 +93,10 @@ def newest_checkpoints(directory: str, n: int, upper_bound: int | None = None) -
     return [found[u] for u in sorted(found)[-n:]]
 
 
-def average(paths: Sequence[str]) -> dict:
-    """Average the ``model`` entries of ``paths``; returns a checkpoint dict."""
+def average(paths: Sequence[str], keep_training_state: bool = False) -> dict:
+    """Average the ``model`` entries of ``paths``; returns a checkpoint dict.
+
+    ``keep_training_state``: keep the newest input's optimizer state as well (module doc)."""
     if not paths:
         raise ValueError("no checkpoints to average")
     sums: "collections.OrderedDict[str, torch.Tensor]" = collections.OrderedDict()
@@ -117,7 +126,10 @@ def average(paths: Sequence[str]) -> dict:
     averaged = collections.OrderedDict(
         (k, (v / len(paths)).to(dtypes[k]) if v.is_floating_point() else v) for k, v in sums.items()
     )
-    out = {k: v for k, v in newest.items() if k not in ("model", "last_optimizer_state")}
+    dropped = ("model",) if keep_training_state else ("model", "last_optimizer_state")
+    out = {k: v for k, v in newest.items() if k not in dropped}
+    if keep_training_state and out.get("last_optimizer_state") is None:
+        raise ValueError(f"--keep-training-state: {paths[-1]} has no optimizer state to keep")
     out["model"] = averaged
     out.setdefault("extra_state", {})
     out["averaged_from"] = [os.path.abspath(p) for p in paths]
@@ -148,6 +160,9 @@ def main(argv=None) -> int:
     g.add_argument("--num-checkpoints", type=int, help="average the last K checkpoints of either kind, by update")
     p.add_argument("--checkpoint-upper-bound", type=int, help="ignore checkpoints after this epoch/update")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --output")
+    p.add_argument("--keep-training-state", action="store_true",
+                   help="keep the newest checkpoint's optimizer state, schedule and update count: "
+                        "fairseq-train --continue-once OUTPUT continues training from the averaged weights")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     import deepnmt_fairseq  # noqa: F401  (allow-list fairseq's checkpoint classes)
@@ -169,7 +184,7 @@ def main(argv=None) -> int:
                 if os.path.isdir(path):
                     p.error(f"{path} is a directory: give files, or --num-update/epoch-checkpoints")
         logger.info("averaging %d checkpoints:\n  %s", len(paths), "\n  ".join(paths))
-        save_atomic(average(paths), a.output, a.overwrite)
+        save_atomic(average(paths, a.keep_training_state), a.output, a.overwrite)
     except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -15,6 +15,15 @@ transparent attention the student mixes the embeddings and the *group outputs*
 (teacher rows 0, h, 2h, ... of W: the state the kept layer was trained to
 imitate); CAD's drop depth becomes the number of kept layers below it.
 
+Group size ties training to extraction (Li et al. 2021, "Student Training"): GP
+training with group size h teaches one layer to stand in for its h-layer group, so
+the extraction h must be the h the teacher was GP-trained with.  The teacher's
+checkpoint records it (``cfg.model.gp_group_size`` / ``gp_decoder_group_size``; 1 =
+trained without GP); a different h is refused unless ``--allow-group-size-mismatch``
+is given, and then the student's ``extra_state["gpkd_student"]["group_size_override"]``
+records both values.  Progressive compression (h = 2 three times) therefore GP-trains
+every intermediate student with ``--gp-group-size 2`` before extracting again.
+
 The output is a normal fairseq checkpoint (config with the new layer counts, GP
 switched off, no optimizer state): it loads in ``fairseq-generate`` and serves
 as ``--finetune-from-model`` (or ``--restore-file`` with ``--reset-optimizer
@@ -102,10 +111,43 @@ def _model_args(state: dict):
     raise ValueError("checkpoint has neither cfg.model nor args")
 
 
+def teacher_group_sizes(args) -> dict:
+    """The GP group sizes a teacher was trained with (its checkpoint's model config; 1 = no GP)."""
+    return {"encoder": int(getattr(args, "gp_group_size", 1) or 1),
+            "decoder": int(getattr(args, "gp_decoder_group_size", 1) or 1)}
+
+
+def check_group_size(side: str, extracted: int, trained: int, allow_mismatch: bool) -> Optional[dict]:
+    """Refuse an extraction h that differs from the teacher's GP h (Li et al. 2021: h = N/M and GP
+    with group size h makes each layer of a group stand in for the group).  With ``allow_mismatch``
+    the difference is returned, to be written into the student checkpoint."""
+    if extracted == trained:
+        return None
+    gp_flag = "--gp-group-size" if side == "encoder" else "--gp-decoder-group-size"
+    if not allow_mismatch:
+        trained_text = f"GP-trained with {gp_flag} {trained}" if trained > 1 else f"trained without GP ({gp_flag} 1)"
+        raise ValueError(
+            f"--{side}-group-size {extracted} differs from the teacher's {side} group size: it was {trained_text}. "
+            f"GPKD extracts one layer per group of the h layers that group-permutation training made "
+            f"interchangeable (Li et al. 2021, 'Student Training': h = N/M; 'compress a 48-layer teacher into a "
+            f"6-layer network by setting h = 8, or progressively ... with h = 2'); extract with "
+            f"--{side}-group-size {trained}, GP-train the teacher with {gp_flag} {extracted}, or pass "
+            f"--allow-group-size-mismatch (recorded in the student checkpoint)")
+    logger.warning("%s: extracting with h=%d from a teacher GP-trained with h=%d (--allow-group-size-mismatch)",
+                   side, extracted, trained)
+    return {"teacher_gp": trained, "extracted": extracted}
+
+
 def extract(state: dict, enc_group: int = 1, dec_group: int = 1, how: str = "random", seed: int = 1,
-            enc_select: Optional[List[int]] = None, dec_select: Optional[List[int]] = None) -> dict:
-    """Student checkpoint dict from a teacher checkpoint dict (raw, as torch.load gives it)."""
+            enc_select: Optional[List[int]] = None, dec_select: Optional[List[int]] = None,
+            allow_group_size_mismatch: bool = False) -> dict:
+    """Student checkpoint dict from a teacher checkpoint dict (raw, as torch.load gives it).
+
+    The extraction group size of each compressed side must equal the teacher's GP group size
+    (:func:`check_group_size`) unless ``allow_group_size_mismatch``."""
     args = _model_args(state)
+    trained_h = teacher_group_sizes(args)
+    override = {}
     new_args = copy.deepcopy(args)
     n_enc, n_dec = int(args.encoder_layers), int(args.decoder_layers)
     enc_keep = dec_keep = None
@@ -119,6 +161,9 @@ def extract(state: dict, enc_group: int = 1, dec_group: int = 1, how: str = "ran
             if any(m % enc_group for m in blocks):
                 raise ValueError(f"--encoder-group-size {enc_group} must divide every MSC block {blocks}")
             new_args.msc_block_layers = ",".join(str(m // enc_group) for m in blocks)
+        mismatch = check_group_size("encoder", enc_group, trained_h["encoder"], allow_group_size_mismatch)
+        if mismatch:
+            override["encoder"] = mismatch
         if getattr(args, "gp_group_size", 1) > 1:
             new_args.gp_group_size = 1
     if dec_group > 1 or dec_select is not None:
@@ -128,6 +173,9 @@ def extract(state: dict, enc_group: int = 1, dec_group: int = 1, how: str = "ran
                              "--encoder-group-size instead")
         dec_keep = select_layers(n_dec, dec_group if dec_group > 1 else n_dec // len(dec_select), how, seed + 1,
                                  dec_select, "decoder")
+        mismatch = check_group_size("decoder", n_dec // len(dec_keep), trained_h["decoder"], allow_group_size_mismatch)
+        if mismatch:
+            override["decoder"] = mismatch
         new_args.decoder_layers = len(dec_keep)
         depth = int(getattr(args, "cad_drop_depth", 0) or 0)
         if depth:
@@ -149,7 +197,12 @@ def extract(state: dict, enc_group: int = 1, dec_group: int = 1, how: str = "ran
         student["args"] = new_args
     extra = dict(student.get("extra_state") or {})
     extra.pop("train_iterator", None)
-    extra["gpkd_student"] = {"encoder_layers": enc_keep, "decoder_layers": dec_keep, "select": how, "seed": seed}
+    extra["gpkd_student"] = {"encoder_layers": enc_keep, "decoder_layers": dec_keep, "select": how, "seed": seed,
+                             "teacher_gp_group_size": trained_h,
+                             "group_size": {"encoder": enc_group if enc_keep is not None else 1,
+                                            "decoder": n_dec // len(dec_keep) if dec_keep is not None else 1}}
+    if override:
+        extra["gpkd_student"]["group_size_override"] = override
     student["extra_state"] = extra
     if (enc_group > 1 or enc_select is not None) and getattr(args, "deep_memory", "top") == "dlcl":
         raise ValueError("a DLCL encoder (--deep-memory dlcl) cannot be compressed: every layer reads a learned "
@@ -173,6 +226,9 @@ def main(argv=None) -> int:
     p.add_argument("--encoder-layers-select", help="explicit 0-based encoder indices, one per group")
     p.add_argument("--decoder-layers-select", help="explicit 0-based decoder indices, one per group")
     p.add_argument("--seed", type=int, default=1, help="seed of --select random")
+    p.add_argument("--allow-group-size-mismatch", action="store_true",
+                   help="extract with a group size other than the teacher's GP group size (refused otherwise; "
+                        "recorded in the student checkpoint)")
     p.add_argument("--overwrite", action="store_true")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -183,7 +239,8 @@ def main(argv=None) -> int:
     try:
         state = load_checkpoint(a.teacher)
         student = extract(state, a.encoder_group_size, a.decoder_group_size, a.select, a.seed,
-                          _ints(a.encoder_layers_select), _ints(a.decoder_layers_select))
+                          _ints(a.encoder_layers_select), _ints(a.decoder_layers_select),
+                          allow_group_size_mismatch=a.allow_group_size_mismatch)
         student["extra_state"]["gpkd_student"]["teacher"] = os.path.abspath(a.teacher)
         save_atomic(student, a.output, a.overwrite)
     except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as err:

@@ -327,11 +327,19 @@ class Planner:
         d = self.stage_dir(exp, stage)
         return d / "checkpoint_last.pt" if k <= 1 else d / f"checkpoint_avg{k}.pt"
 
+    def resume_path(self, exp: Experiment, stage: str) -> Path:
+        """Averaged weights + the newest checkpoint's optimizer state (``Ref(..., "resume")``)."""
+        k = average_count(exp, self.opts.average)
+        d = self.stage_dir(exp, stage)
+        return d / "checkpoint_last.pt" if k <= 1 else d / f"checkpoint_avg{k}.resume.pt"
+
     def resolve(self, ref: Ref) -> Path:
         exp = self._target(ref)
         d = self.stage_dir(exp, ref.stage)
         if ref.what == "model":
             return self.model_path(exp, ref.stage)
+        if ref.what == "resume":
+            return self.resume_path(exp, ref.stage)
         if ref.what == "last":
             return d / "checkpoint_last.pt"
         if ref.what == "skd":
@@ -349,18 +357,22 @@ class Planner:
             return d / "student-init.pt"
         return d / ".done"
 
-    def average_step(self, exp: Experiment, stage_name: str) -> Optional[Step]:
+    def average_step(self, exp: Experiment, stage_name: str, resume: bool = False) -> Optional[Step]:
         k = average_count(exp, self.opts.average)
         if k <= 1:
             return None
         stage = exp.stage(stage_name)
         d = self.stage_dir(exp, stage_name)
-        out = self.model_path(exp, stage_name)
+        out = self.resume_path(exp, stage_name) if resume else self.model_path(exp, stage_name)
         which = "--num-update-checkpoints" if checkpoint_pattern(stage.recipe) == "update" else "--num-epoch-checkpoints"
-        return Step(stage_name, "average", [exe("deepnmt-average-checkpoints"), "--inputs", str(d), which, str(k),
-                                            "--output", str(out)], out, out, True,
+        argv = [exe("deepnmt-average-checkpoints"), "--inputs", str(d), which, str(k), "--output", str(out)]
+        if resume:
+            argv.append("--keep-training-state")
+        return Step(stage_name, "average", argv, out, out, True,
                     needs=[self.done_marker(exp, stage_name)],
-                    comment=f"average the last {k} checkpoints of {exp.name}/{stage_name}")
+                    comment=f"average the last {k} checkpoints of {exp.name}/{stage_name}" +
+                            (" keeping the newest one's optimizer state and update count (to continue training)"
+                             if resume else ""))
 
     # ---- stages
     def train_argv(self, stage: TrainStage) -> (List[str], Dict[str, int]):
@@ -405,14 +417,14 @@ class Planner:
 
         def need_model(ref: Ref):
             """Average the referenced stage's checkpoints first (once) when a step uses its model."""
-            if ref.what != "model":
+            if ref.what not in ("model", "resume"):
                 return
             target = self._target(ref)
-            key = (target.name, ref.stage)
+            key = (target.name, ref.stage, ref.what)
             if key in averaged:
                 return
             averaged.add(key)
-            step = self.average_step(target, ref.stage)
+            step = self.average_step(target, ref.stage, resume=ref.what == "resume")
             if step is not None:
                 steps.append(step)
 

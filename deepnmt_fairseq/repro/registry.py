@@ -661,35 +661,79 @@ GPKD_EVAL_T5 = EvalSpec(**{**GPKD_EVAL.__dict__, "also_single": True,
 RPR_DROP = ("--attention-dropout", "0.1", "--activation-dropout", "0.1")
 _SKD_NOTE = ("SKD data: the teacher (average of its last 5 checkpoints) translates the training set with beam 4, "
              "length penalty 0.6 (deepnmt-skd)")
-_TEACHER_NOTE = ("the teacher is trained with group permutation and evaluated in the original layer order; the "
-                 "paper reports one number per teacher (Deep-RPR-48L: 30.03 in Tables 1-5), so the GP-trained "
-                 "teacher also stands for the plain Deep-RPR rows (our reading)")
+_PLAIN_NOTE = ("plain Deep-RPR model, trained without group permutation: the baseline rows of Tables 1-5 (Table 1 "
+               "lists the deep models apart from the GPKD students; Table 3 lists '+Skipping Sub-Layer' and Table 6 "
+               "'Skipping Sub-Layer + GP' as different systems); its SKD data trains the '+SKD' students")
+_GP_NOTE = ("GP-trained teacher (its own row; the paper prints no BLEU for it): 'Group-Permutation Training' with "
+            "group size h = N/M, the h its students are extracted with ('One can compress a 48-layer teacher into a "
+            "6-layer network by setting h = 8, or progressively ... with h = 2'); evaluated in the original layer order")
+# Two-stage training (paper, 'Two-stage Training'): "First, we train the model as usual but early stop it when the
+# model converges on the validation set. Then, we apply our Skipping Sub-Layer method to the model and continue
+# training until the model converges again."  Neither the patience nor the second stage's length is given.
+GPKD_PATIENCE = 3
+_STAGE1_NOTE = (f"two-stage training, stage 1: trained as usual, early-stopped when the validation loss has not "
+                f"improved for {GPKD_PATIENCE} validations (one per epoch; --patience {GPKD_PATIENCE}, our value: "
+                "the paper says 'early stop it when the model converges on the validation set'), within the 50K-update "
+                "Deep schedule")
+_STAGE2_NOTE = ("two-stage training, stage 2: starts from stage 1's averaged model (last 5 epoch checkpoints, the "
+                "model the paper evaluates) with stage 1's Adam state, learning-rate schedule and update count "
+                "(--continue-once on an average written with --keep-training-state), so the inverse-sqrt schedule "
+                "goes on where stage 1 stopped instead of warming up to the peak rate again ('continue training "
+                f"until the model converges again': --patience {GPKD_PATIENCE}, at most 100K updates in all; our "
+                "reading of 'continue' and of Table 3's 50K updates, which the paper does not split between stages)")
+GPKD_STAGE1 = GPKD_BASE.with_(patience=GPKD_PATIENCE)
+GPKD_STAGE2 = GPKD_BASE.with_(max_update=100000, patience=GPKD_PATIENCE)
+_SCRATCH_NOTE = "from scratch (Table 4 'Scratch'): the method on from update 0, 50K updates, no GP"
 
 
-def gpkd_teacher(name, arch, recipe, enc_h, dec_h=1, title="", extra=(), init=None, notes=()) -> str:
-    flags = RPR_DROP + ("--gp-group-size", str(enc_h)) + (("--gp-decoder-group-size", str(dec_h)) if dec_h > 1 else ())
-    stages = (TrainStage(arch=arch, recipe=recipe, name="train", model_flags=flags + tuple(extra), init=init),
+def _gp_flags(enc_h: int, dec_h: int = 1) -> Tuple[str, ...]:
+    return ((("--gp-group-size", str(enc_h)) if enc_h > 1 else ()) +
+            (("--gp-decoder-group-size", str(dec_h)) if dec_h > 1 else ()))
+
+
+def gpkd_teacher(name, arch, recipe, enc_h=1, dec_h=1, title="", notes=()) -> str:
+    """A deep model and its SKD data: plain (enc_h = dec_h = 1, the baseline rows) or GP-trained with
+    the group sizes its students are extracted with."""
+    stages = (TrainStage(arch=arch, recipe=recipe, name="train", model_flags=RPR_DROP + _gp_flags(enc_h, dec_h)),
               SkdStage(teacher=Ref(None, "train", "model")))
     return _add(Experiment(name=name, paper=GPKD, dataset="wmt14-en-de-gpkd", stages=stages, eval=GPKD_EVAL, title=title,
-                           notes=((_TEACHER_NOTE,) if init is None else ()) + (_SKD_NOTE,) + tuple(notes)))
+                           notes=((_GP_NOTE if enc_h > 1 or dec_h > 1 else _PLAIN_NOTE), _SKD_NOTE) + tuple(notes)))
+
+
+def gpkd_two_stage_teacher(name, arch, skip_flags, enc_h, dec_h, title, notes=()) -> str:
+    """Skipping Sub-Layer + GP teacher (Table 6): stage 'converge' GP-trained and early-stopped, stage
+    'train' continues it with skipping and GP, then its SKD data."""
+    gp = _gp_flags(enc_h, dec_h)
+    stages = (TrainStage(arch=arch, recipe=GPKD_STAGE1, name="converge", model_flags=RPR_DROP + gp),
+              TrainStage(arch=arch, recipe=GPKD_STAGE2, name="train", model_flags=RPR_DROP + gp + tuple(skip_flags),
+                         init=("continue", Ref(None, "converge", "resume"))),
+              SkdStage(teacher=Ref(None, "train", "model")))
+    return _add(Experiment(name=name, paper=GPKD, dataset="wmt14-en-de-gpkd", stages=stages, eval=GPKD_EVAL, title=title,
+                           notes=(_GP_NOTE, _STAGE1_NOTE.replace("trained as usual", "GP-trained"), _STAGE2_NOTE,
+                                  _SKD_NOTE) + tuple(notes)))
 
 
 def gpkd_skd_student(name, teacher, arch, recipe, title) -> str:
     stage = TrainStage(arch=arch, recipe=recipe, name="train", model_flags=RPR_DROP, data=Ref(teacher, "skd", "skd"))
     return _add(Experiment(name=name, paper=GPKD, dataset="wmt14-en-de-gpkd", stages=(stage,), eval=GPKD_EVAL, title=title,
-                           notes=(f"SKD baseline: random initialisation, trained on {teacher}'s SKD data",
+                           notes=(f"SKD baseline (Kim and Rush 2016): random initialisation, trained on the SKD data of "
+                                  f"{teacher}, the plain deep model of the rows above it (our reading: the paper does "
+                                  "not say whether SKD used the GP teacher's translations)",
                                   "student training length is not in the paper: the Base schedule")))
 
 
 def gpkd_student(name, teacher, arch, recipe, enc_h, dec_h, title) -> str:
+    """Extract one layer per group with the teacher's own GP group sizes, train on its SKD data."""
     stages = (ExtractStage(teacher=Ref(teacher, "train", "model"), encoder_group_size=enc_h, decoder_group_size=dec_h),
               TrainStage(arch=arch, recipe=recipe, name="student", model_flags=RPR_DROP,
                          data=Ref(teacher, "skd", "skd"), init=("finetune", Ref(None, "extract", "student"))))
     return _add(Experiment(name=name, paper=GPKD, dataset="wmt14-en-de-gpkd", stages=stages, eval=GPKD_EVAL, title=title,
-                           notes=(f"GPKD: one random layer per group (encoder h={enc_h}, decoder h={dec_h}) of "
-                                  f"{teacher}'s averaged model initialises the student, trained on its SKD data "
-                                  "(--finetune-from-model: fresh optimizer and schedule)",
-                                  "student training length is not in the paper: the Base/Big schedule")))
+                           notes=(f"GPKD: one random layer per group (encoder h={enc_h}, decoder h={dec_h}, the group "
+                                  f"sizes {teacher} was GP-trained with) of its averaged model initialises the student, "
+                                  "trained on its SKD data",
+                                  "student training is a new training run (--finetune-from-model: fresh Adam state and "
+                                  "warm-up; 'we begin optimizing the student network'); its length is not in the "
+                                  "paper: the Base/Big schedule")))
 
 
 # Table 1 (En-De columns)
@@ -697,30 +741,66 @@ _base6 = _single("gpkd-wmt14-ende-base-6L", GPKD, "wmt14-en-de-gpkd", "rpr_base_
                  "GPKD Table 1/3: Base-RPR-6L", model_flags=RPR_DROP)
 _big6 = _single("gpkd-wmt14-ende-big-6L", GPKD, "wmt14-en-de-gpkd", "rpr_big_6_6", GPKD_BIG, GPKD_EVAL,
                 "GPKD Table 1: Big-RPR-6L", model_flags=RPR_DROP)
-_t24 = gpkd_teacher("gpkd-wmt14-ende-24L-teacher", "rpr_deep_24_6", GPKD_BASE, 4, title="GPKD Table 1: Deep-RPR-24L teacher (GP h=4)")
-_t48 = gpkd_teacher("gpkd-wmt14-ende-48L-teacher", "rpr_deep_48_6", GPKD_BASE, 8, 6,
-                    title="GPKD Table 1-5: Deep-RPR-48L teacher (GP encoder h=8, decoder h=6)",
-                    notes=("decoder GP h=6 as well, so that DESDAR 48-1 (GPKD, Table 2) can be extracted from the same "
-                           "teacher whose number (30.03) Table 2 repeats",))
-_t12 = gpkd_teacher("gpkd-wmt14-ende-big-12L-teacher", "rpr_big_12_6", GPKD_BIG, 2, title="GPKD Table 1: Big-RPR-12L teacher (GP h=2)")
+_p24 = gpkd_teacher("gpkd-wmt14-ende-24L", "rpr_deep_24_6", GPKD_BASE, title="GPKD Table 1: Deep-RPR-24L (no GP)")
+_p48 = gpkd_teacher("gpkd-wmt14-ende-48L", "rpr_deep_48_6", GPKD_BASE, title="GPKD Tables 1-5: Deep-RPR-48L (no GP)")
+_p12 = gpkd_teacher("gpkd-wmt14-ende-big-12L", "rpr_big_12_6", GPKD_BIG, title="GPKD Table 1: Big-RPR-12L (no GP)")
+_t24 = gpkd_teacher("gpkd-wmt14-ende-24L-teacher", "rpr_deep_24_6", GPKD_BASE, 4,
+                    title="GPKD Table 1: Deep-RPR-24L GP teacher (h=4)")
+_t48 = gpkd_teacher("gpkd-wmt14-ende-48L-teacher", "rpr_deep_48_6", GPKD_BASE, 8,
+                    title="GPKD Table 1: Deep-RPR-48L GP teacher (h=8)")
+_t12 = gpkd_teacher("gpkd-wmt14-ende-big-12L-teacher", "rpr_big_12_6", GPKD_BIG, 2,
+                    title="GPKD Table 1: Big-RPR-12L GP teacher (h=2)")
 _g = {}
-for _tag, _teacher, _a, _recipe, _h in (("24L", _t24, "rpr_base_6_6", GPKD_BASE, 4), ("48L", _t48, "rpr_base_6_6", GPKD_BASE, 8),
-                                            ("big-12L", _t12, "rpr_big_6_6", GPKD_BIG, 2)):
-    _g[_tag] = (gpkd_skd_student(f"gpkd-wmt14-ende-{_tag}-skd", _teacher, _a, _recipe, f"GPKD Table 1: {_tag} -> 6-6 +SKD"),
-                gpkd_student(f"gpkd-wmt14-ende-{_tag}-gpkd", _teacher, _a, _recipe, _h, 1, f"GPKD Table 1: {_tag} -> 6-6 +GPKD"))
+for _tag, _plain, _teacher, _a, _recipe, _h in (
+        ("24L", _p24, _t24, "rpr_base_6_6", GPKD_BASE, 4), ("48L", _p48, _t48, "rpr_base_6_6", GPKD_BASE, 8),
+        ("big-12L", _p12, _t12, "rpr_big_6_6", GPKD_BIG, 2)):
+    _g[_tag] = (gpkd_skd_student(f"gpkd-wmt14-ende-{_tag}-skd", _plain, _a, _recipe, f"GPKD Table 1: {_tag} -> 6-6 +SKD"),
+                gpkd_student(f"gpkd-wmt14-ende-{_tag}-gpkd", _teacher, _a, _recipe, _h, 1,
+                             f"GPKD Table 1: {_tag} -> 6-6 +GPKD (h={_h})"))
+
+# Progressive compression 48 -> 24 -> 12 -> 6 with h = 2 (Sec. "Student Training"): every model that is
+# compressed was GP-trained with h = 2, the h it is compressed with
+_t48h2 = gpkd_teacher("gpkd-wmt14-ende-48L-gp2-teacher", "rpr_deep_48_6", GPKD_BASE, 2,
+                      title="GPKD progressive compression: Deep-RPR-48L GP teacher (h=2)")
+_skd_h2 = Ref(_t48h2, "skd", "skd")
+_prog_stages = (
+    ExtractStage(teacher=Ref(_t48h2, "train", "model"), name="extract-24", encoder_group_size=2),
+    TrainStage(arch="rpr_deep_24_6", recipe=GPKD_BASE, name="student-24", model_flags=RPR_DROP + _gp_flags(2),
+               data=_skd_h2, init=("finetune", Ref(None, "extract-24", "student"))),
+    ExtractStage(teacher=Ref(None, "student-24", "model"), name="extract-12", encoder_group_size=2),
+    TrainStage(arch="rpr_deep_24_6", recipe=GPKD_BASE, name="student-12",
+               model_flags=RPR_DROP + ("--encoder-layers", "12") + _gp_flags(2),
+               data=_skd_h2, init=("finetune", Ref(None, "extract-12", "student"))),
+    ExtractStage(teacher=Ref(None, "student-12", "model"), name="extract-6", encoder_group_size=2),
+    TrainStage(arch="rpr_base_6_6", recipe=GPKD_BASE, name="student-6", model_flags=RPR_DROP,
+               data=_skd_h2, init=("finetune", Ref(None, "extract-6", "student"))),
+)
+_prog = _add(Experiment(
+    name="gpkd-wmt14-ende-6-6-progressive", paper=GPKD, dataset="wmt14-en-de-gpkd", stages=_prog_stages, eval=GPKD_EVAL,
+    title="GPKD: progressive compression 48 -> 24 -> 12 -> 6 (GP h = 2 and extraction h = 2, three times)",
+    notes=("'progressively achieve this goal with h = 2 for three times of compression': the 48-layer teacher is "
+           "GP-trained with h = 2, each intermediate student (24, 12 layers) is GP-trained with h = 2 on the "
+           "teacher's SKD data and then compressed with h = 2 again; the 6-layer student trains without GP",
+           "intermediate training lengths are ours (the Base schedule)")))
 TABLES.append(Table("gpkd-t1", GPKD, "Table 1: GPKD on the encoder, WMT En-De (compound-split tokenized BLEU)", (
-    Row("Deep-RPR-24L (24-6)", _t24, {"bleu": 29.39, "params_m": exp_params(_t24)}),
+    Row("Deep-RPR-24L (24-6)", _p24, {"bleu": 29.39, "params_m": exp_params(_p24)}, "trained without GP"),
     Row("Base-RPR-6L (6-6)", _base6, {"bleu": 27.60, "params_m": exp_params(_base6)}),
     Row("+SKD (6-6)", _g["24L"][0], {"bleu": 28.50, "params_m": exp_params(_g["24L"][0])}),
     Row("+GPKD (6-6)", _g["24L"][1], {"bleu": 29.33, "params_m": exp_params(_g["24L"][1])}),
-    Row("Deep-RPR-48L (48-6)", _t48, {"bleu": 30.03, "params_m": exp_params(_t48)}),
+    Row("Deep-RPR-48L (48-6)", _p48, {"bleu": 30.03, "params_m": exp_params(_p48)}, "trained without GP"),
     Row("Base-RPR-6L (6-6)", _base6, {"bleu": 27.60, "params_m": exp_params(_base6)}),
     Row("+SKD (6-6)", _g["48L"][0], {"bleu": 29.01, "params_m": exp_params(_g["48L"][0])}),
     Row("+GPKD (6-6)", _g["48L"][1], {"bleu": 29.68, "params_m": exp_params(_g["48L"][1])}),
-    Row("Big-RPR-12L (12-6)", _t12, {"bleu": 29.91, "params_m": exp_params(_t12)}),
+    Row("Big-RPR-12L (12-6)", _p12, {"bleu": 29.91, "params_m": exp_params(_p12)}, "trained without GP"),
     Row("Big-RPR-6L (6-6)", _big6, {"bleu": 29.21, "params_m": exp_params(_big6)}),
     Row("+SKD (6-6)", _g["big-12L"][0], {"bleu": 29.47, "params_m": exp_params(_g["big-12L"][0])}),
     Row("+GPKD (6-6)", _g["big-12L"][1], {"bleu": 29.88, "params_m": exp_params(_g["big-12L"][1])}),
+    Row("GP teacher of +GPKD from 24L (GP h=4)", _t24, {"bleu": "-"}, "not in the table: the GP-trained teacher"),
+    Row("GP teacher of +GPKD from 48L (GP h=8)", _t48, {"bleu": "-"}, "not in the table: the GP-trained teacher"),
+    Row("GP teacher of +GPKD from Big-12L (GP h=2)", _t12, {"bleu": "-"}, "not in the table: the GP-trained teacher"),
+    Row("GP teacher of the progressive student (48L, GP h=2)", _t48h2, {"bleu": "-"}, "not in the table"),
+    Row("+GPKD, progressive 48 -> 24 -> 12 -> 6 (h = 2 three times)", _prog, {"bleu": "-"},
+        "not in the table; the paper's alternative to h = 8"),
     Row("NIST Zh-En, WMT19 Zh-En columns", None, {"bleu": "see paper"},
         "not reproducible here: NIST OpenMT12 (LDC) and the CWMT/UN Zh-En data are not freely available"),
 )))
@@ -730,37 +810,59 @@ _d483 = _single("gpkd-wmt14-ende-desdar-48-3", GPKD, "wmt14-en-de-gpkd", "desdar
                 "GPKD Table 2: DESDAR 48-3 (real data)", model_flags=RPR_DROP)
 _d481 = _single("gpkd-wmt14-ende-desdar-48-1", GPKD, "wmt14-en-de-gpkd", "desdar_48_1", GPKD_BASE, GPKD_EVAL,
                 "GPKD Table 2: DESDAR 48-1 (real data)", model_flags=RPR_DROP)
-_d481s = gpkd_skd_student("gpkd-wmt14-ende-desdar-48-1-skd", _t48, "desdar_48_1", GPKD_BASE, "GPKD Table 2: DESDAR 48-1 (SKD)")
-_d481g = gpkd_student("gpkd-wmt14-ende-desdar-48-1-gpkd", _t48, "desdar_48_1", GPKD_BASE, 1, 6, "GPKD Table 2: DESDAR 48-1 (GPKD)")
-_rel = {"speedup_vs_base": _base6, "speedup_vs_deep": _t48}
+_t48d6 = gpkd_teacher("gpkd-wmt14-ende-48L-gp-dec6-teacher", "rpr_deep_48_6", GPKD_BASE, 1, 6,
+                      title="GPKD Table 2: Deep-RPR-48L GP teacher for DESDAR 48-1 (decoder h=6)",
+                      notes=("'The GPKD method also fits into the decoder': GP on the 6 decoder layers (h = 6 -> one "
+                             "decoder layer), the encoder trained as usual (it is not compressed)",))
+_d481s = gpkd_skd_student("gpkd-wmt14-ende-desdar-48-1-skd", _p48, "desdar_48_1", GPKD_BASE, "GPKD Table 2: DESDAR 48-1 (SKD)")
+_d481g = gpkd_student("gpkd-wmt14-ende-desdar-48-1-gpkd", _t48d6, "desdar_48_1", GPKD_BASE, 1, 6,
+                      "GPKD Table 2: DESDAR 48-1 (GPKD, decoder h=6)")
+# DESDAR greedy-search claim (Sec. 'The Effect of GPKD Method'): "after knowledge distillation, the beam search
+# seems like to be not important for the DESDAR systems, which can achieve a 3.2x speedup with no performance
+# sacrifice with the greedy search": the same trained systems decoded again with beam 1
+# (evaluate NAME --beam 1 writes results-beam1-lenpen0.6.json next to results.json)
+_GREEDY = dict(eval_args="--beam 1", results="results-beam1-lenpen0.6.json")
 TABLES.append(Table("gpkd-t2", GPKD, "Table 2: DESDAR (deep encoder, shallow decoder), WMT En-De", (
     Row("Zhang, Xiong, and Su (2018)", None, {"bleu": 27.33, "speedup_vs_base": 1.34}, "cited; not implemented"),
     Row("Xiao et al. (2019)", None, {"bleu": 27.69, "speedup_vs_base": 1.39}, "cited; not implemented"),
     Row("Base", _base6, {"bleu": 27.60}),
-    Row("Deep", _t48, {"bleu": 30.03}),
+    Row("Deep", _p48, {"bleu": 30.03}, "Deep-RPR-48L without GP"),
     Row("DESDAR 48-3", _d483, {"bleu": 29.82, "speedup_vs_base": 1.28, "speedup_vs_deep": 1.52}),
     Row("DESDAR 48-1", _d481, {"bleu": 28.31, "speedup_vs_base": 1.97, "speedup_vs_deep": 2.17}),
     Row("DESDAR 48-1 (SKD)", _d481s, {"bleu": 29.70, "speedup_vs_base": 1.99, "speedup_vs_deep": 2.18}),
     Row("DESDAR 48-1 (GPKD)", _d481g, {"bleu": 30.01, "speedup_vs_base": 1.99, "speedup_vs_deep": 2.18}),
+    Row("GP teacher of DESDAR 48-1 (GPKD) (decoder GP h=6)", _t48d6, {"bleu": "-"}, "not in the table"),
 ), note="speedup = decoding tokens/s relative to Base / Deep (measured from fairseq-generate)."))
+TABLES.append(Table("gpkd-desdar-greedy", GPKD, "DESDAR greedy-search claim: beam 1 vs beam 4, WMT En-De (text, "
+                    "Sec. 'The Effect of GPKD Method')", (
+    Row("Deep-RPR-48L 48-6, beam 4", _p48, {"bleu": 30.03}),
+    Row("Deep-RPR-48L 48-6, beam 1", _p48, {"bleu": "-"}, "our reference point for the greedy speedup", **_GREEDY),
+    Row("DESDAR 48-1 (SKD), beam 4", _d481s, {"bleu": 29.70}),
+    Row("DESDAR 48-1 (SKD), beam 1", _d481s, {"bleu": "≈ beam 4"}, "'no performance sacrifice'", **_GREEDY),
+    Row("DESDAR 48-1 (GPKD), beam 4", _d481g, {"bleu": 30.01}),
+    Row("DESDAR 48-1 (GPKD), beam 1", _d481g, {"bleu": "≈ beam 4", "speedup_vs_deep": 3.2},
+        "'3.2x speedup ... with the greedy search': the paper does not say relative to which system and beam; we "
+        "read it as relative to Deep 48-6 with beam 4 (speedup vs Deep)", **_GREEDY),
+), note="speedup vs Deep = decoding tokens/s relative to Deep-RPR-48L 48-6 with beam 4 (its results.json); the "
+        "beam-1 rows read results-beam1-lenpen0.6.json of the same experiment (evaluate NAME --beam 1)."))
 
-# Table 3-5: skipping sub-layer (two-stage: continue the converged teacher with skipping)
-_CONT = ("continue", Ref(_t48, "train", "last"))
-_FT_NOTE = ("two-stage training (paper): continue the converged Deep-RPR-48L (its checkpoint_last with optimizer "
-            "and schedule, --continue-once) with the method on and GP off, 50K more updates (Table 3 lists 50K "
-            "updates for the skipping stage; 15.41 h < 16.87 h fits 50K updates with ~20% of sub-layers skipped)")
-_SCRATCH_NOTE = "from scratch (Table 4 'Scratch'): the method on from update 0, 50K updates, no GP"
-GPKD_FT = GPKD_BASE.with_(max_update=100000)
+# Tables 3-5: skipping sub-layer, two-stage (stage 1: plain, early-stopped; stage 2: the method on, continued)
+_conv = _add(Experiment(
+    name="gpkd-wmt14-ende-48L-converged", paper=GPKD, dataset="wmt14-en-de-gpkd",
+    stages=(TrainStage(arch="rpr_deep_48_6", recipe=GPKD_STAGE1, name="train", model_flags=RPR_DROP),),
+    eval=GPKD_EVAL, title="GPKD Tables 3-5: Deep-RPR-48L, two-stage training stage 1 (early-stopped, no GP)",
+    notes=(_STAGE1_NOTE, "the fine-tuning runs of Tables 3-5 continue from its averaged model")))
+_CONT = ("continue", Ref(_conv, "train", "resume"))
 
 
 def _gpkd_skip(name, flags, title, finetune, ev=GPKD_EVAL, notes=()):
-    return _single(name, GPKD, "wmt14-en-de-gpkd", "rpr_deep_48_6", GPKD_FT if finetune else GPKD_BASE, ev, title,
+    return _single(name, GPKD, "wmt14-en-de-gpkd", "rpr_deep_48_6", GPKD_STAGE2 if finetune else GPKD_BASE, ev, title,
                    model_flags=RPR_DROP + flags, init=_CONT if finetune else None,
-                   notes=((_FT_NOTE if finetune else _SCRATCH_NOTE),) + tuple(notes))
+                   notes=((_STAGE2_NOTE + f"; stage 1: {_conv}") if finetune else _SCRATCH_NOTE,) + tuple(notes))
 
 
 _ssl = _gpkd_skip("gpkd-wmt14-ende-48L-ssl", ("--ssl-rate", "0.4"), "GPKD Table 3/4/5: Deep-RPR-48L + Skipping Sub-Layer "
-                  "(fine-tune)", True, GPKD_EVAL_T5, ("phi = 0.4 (Eq. 5), encoder sub-layers only",))
+                  "(two-stage)", True, GPKD_EVAL_T5, ("phi = 0.4 (Eq. 5), encoder sub-layers only",))
 _ssl_s = _gpkd_skip("gpkd-wmt14-ende-48L-ssl-scratch", ("--ssl-rate", "0.4"), "GPKD Table 4: Skipping Sub-Layer from scratch", False)
 _ld_s = _gpkd_skip("gpkd-wmt14-ende-48L-layerdrop-scratch", ("--encoder-layerdrop", "0.2"),
                    "GPKD Table 4: LayerDrop from scratch", False, notes=(
@@ -770,20 +872,20 @@ _sl_s = _gpkd_skip("gpkd-wmt14-ende-48L-stochastic-scratch", ("--ssl-mode", "lay
                    "GPKD Table 4: Stochastic Layers from scratch", False, notes=(
                        "Stochastic Layers (Pham et al. 2019): whole layers, p_l = l/L * 0.5 (the linear-decay rule with "
                        "final drop rate 0.5; GPKD gives no value)",))
-_ld = _gpkd_skip("gpkd-wmt14-ende-48L-layerdrop", ("--encoder-layerdrop", "0.2"), "GPKD Table 4: LayerDrop (fine-tune)",
+_ld = _gpkd_skip("gpkd-wmt14-ende-48L-layerdrop", ("--encoder-layerdrop", "0.2"), "GPKD Table 4: LayerDrop (two-stage)",
                  True, notes=("LayerDrop p = 0.2 (Fan et al. 2020)",))
 _sl = _gpkd_skip("gpkd-wmt14-ende-48L-stochastic", ("--ssl-mode", "layer", "--ssl-rate", "0.5"),
-                 "GPKD Table 4: Stochastic Layers (fine-tune)", True, notes=("p_l = l/L * 0.5 (see scratch run)",))
+                 "GPKD Table 4: Stochastic Layers (two-stage)", True, notes=("p_l = l/L * 0.5 (see scratch run)",))
 _skl = _gpkd_skip("gpkd-wmt14-ende-48L-skip-layer", ("--ssl-mode", "layer", "--ssl-rate", "0.4"),
-                  "GPKD Table 5: Skip Layer (fine-tune)", True, GPKD_EVAL_T5, (
+                  "GPKD Table 5: Skip Layer (two-stage)", True, GPKD_EVAL_T5, (
                       "whole layers with the paper's rate phi = 0.4 (p_l = l/L * 0.4); Table 4's Stochastic Layers "
                       "uses 0.5 - the paper does not say how the two differ (our reading)",))
 _skip_ffn = _gpkd_skip("gpkd-wmt14-ende-48L-skip-ffn", ("--ssl-rate", "0.4", "--ssl-sublayers", "ffn"),
-                       "GPKD Table 5: skip FFN sub-layers only (fine-tune)", True, GPKD_EVAL_T5,
+                       "GPKD Table 5: skip FFN sub-layers only (two-stage)", True, GPKD_EVAL_T5,
                        ("--ssl-sublayers ffn: only FFN sub-layers are omitted, each with its Eq. 5 rate p_l "
                         "(its position l in the 2L numbering; our reading)",))
 _skip_san = _gpkd_skip("gpkd-wmt14-ende-48L-skip-san", ("--ssl-rate", "0.4", "--ssl-sublayers", "attn"),
-                       "GPKD Table 5: skip self-attention sub-layers only (fine-tune)", True, GPKD_EVAL_T5,
+                       "GPKD Table 5: skip self-attention sub-layers only (two-stage)", True, GPKD_EVAL_T5,
                        ("--ssl-sublayers attn: only self-attention sub-layers are omitted (our reading of p_l, "
                         "as for Skip FFN)",))
 TABLES.append(Table("gpkd-t3", GPKD, "Table 3: skipping sub-layer, WMT En-De (BLEU, sacreBLEU, training time)", (
@@ -791,69 +893,62 @@ TABLES.append(Table("gpkd-t3", GPKD, "Table 3: skipping sub-layer, WMT En-De (BL
     Row("Li et al. (2020)", None, {"bleu": 30.21, "sacrebleu": 29.0, "params_m": 194, "train_hours": 11.75}, "cited"),
     Row("Wu et al. (2019b)", None, {"bleu": 29.92, "params_m": 270}, "cited"),
     Row("Ott et al. (2018)", None, {"bleu": 29.30, "sacrebleu": 28.3, "params_m": 210}, "cited"),
-    Row("Wang et al. (2019)", None, {"bleu": 29.30, "params_m": 137}, "cited; DLCL not implemented"),
+    Row("Wang et al. (2019)", None, {"bleu": 29.30, "params_m": 137}, "cited; see MSC Table 4's DLCL run"),
     Row("Base-RPR", _base6, {"bleu": 27.60, "sacrebleu": 26.5, "params_m": exp_params(_base6), "train_hours": 5.02}),
-    Row("Deep-RPR-48L", _t48, {"bleu": 30.03, "sacrebleu": 28.8, "params_m": exp_params(_t48), "train_hours": 16.87}),
+    Row("Deep-RPR-48L", _p48, {"bleu": 30.03, "sacrebleu": 28.8, "params_m": exp_params(_p48), "train_hours": 16.87},
+        "trained without GP"),
     Row("+ Skipping Sub-Layer", _ssl, {"bleu": 30.49, "sacrebleu": 29.4, "params_m": exp_params(_ssl), "train_hours": 15.41},
-        "30.49 is the paper's beam-4 score (30.63 with beam 8: evaluate.sh NAME --beam 8)"),
+        "two-stage; 30.49 is the paper's beam-4 score (30.63 with beam 8: evaluate.sh NAME --beam 8); train h: "
+        "stage 2 only (stage 1: gpkd-wmt14-ende-48L-converged)"),
+    Row("two-stage training, stage 1 (early-stopped Deep-RPR-48L)", _conv, {"bleu": "-"},
+        "not in the table: the converged model every fine-tuning run continues"),
     Row("NIST / WMT Zh-En columns", None, {"bleu": "see paper"}, "data not freely available"),
 )))
 TABLES.append(Table("gpkd-t4", GPKD, "Table 4: training from scratch vs fine-tuning (validation PPL, BLEU)", (
-    Row("Deep-RPR-48L", _t48, {"valid_ppl": 3.52, "bleu": 30.03}),
+    Row("Deep-RPR-48L", _p48, {"valid_ppl": 3.52, "bleu": 30.03}, "trained without GP"),
     Row("Scratch: Skipping Sub-Layer", _ssl_s, {"valid_ppl": 3.41, "bleu": 29.82}),
     Row("Scratch: LayerDrop", _ld_s, {"valid_ppl": 3.42, "bleu": 29.65}),
     Row("Scratch: Stochastic Layers", _sl_s, {"valid_ppl": 3.44, "bleu": 29.75}),
     Row("Finetune: Skipping Sub-Layer", _ssl, {"valid_ppl": 3.39, "bleu": 30.49}),
     Row("Finetune: LayerDrop", _ld, {"valid_ppl": 3.47, "bleu": 29.77}),
     Row("Finetune: Stochastic Layers", _sl, {"valid_ppl": 3.44, "bleu": 30.12}),
-), note="valid_ppl: the best validation perplexity in the training log (fairseq reports base-2 ppl, as the paper)."))
+), note="valid_ppl: the best validation perplexity in the training log (fairseq reports base-2 ppl, as the paper). "
+        "Finetune = two-stage: stage 2 continues gpkd-wmt14-ende-48L-converged."))
 TABLES.append(Table("gpkd-t5", GPKD, "Table 5: ablation of what is skipped (PPL, single checkpoint, average)", (
-    Row("Deep-RPR-48L", _t48, {"valid_ppl": 3.52, "single_bleu": 29.19, "bleu": 30.03}),
+    Row("Deep-RPR-48L", _p48, {"valid_ppl": 3.52, "single_bleu": 29.19, "bleu": 30.03}, "trained without GP"),
     Row("Skip FFN", _skip_ffn, {"valid_ppl": 3.45, "single_bleu": 29.61, "bleu": 30.22}),
     Row("Skip SAN", _skip_san, {"valid_ppl": 3.45, "single_bleu": 29.71, "bleu": 30.26}),
     Row("Skip FFN or SAN", _ssl, {"valid_ppl": 3.39, "single_bleu": 29.95, "bleu": 30.49}),
     Row("Skip Layer", _skl, {"valid_ppl": 3.46, "single_bleu": 29.45, "bleu": 29.92}),
 )))
 
-# Table 6: skipping sub-layer + GP teacher, compressed students
-_tss = gpkd_teacher("gpkd-wmt14-ende-48L-ssl-gp-teacher", "rpr_deep_48_6", GPKD_FT, 8, 6,
-                    title="GPKD Table 6: Skipping Sub-Layer + GP 48-6 teacher", extra=("--ssl-rate", "0.4"),
-                    init=_CONT, notes=(_FT_NOTE.replace("GP off", "GP on (encoder h=8, decoder h=6)"),
-                                       "GP h=8/6 lets one teacher serve every Table 6 student: the extraction group "
-                                       "sizes (encoder 2 or 8, decoder 2 or 6) divide the GP groups (our reading)"))
+# Table 6: Skipping Sub-Layer + GP teachers and their students.  Each student is extracted with the h its
+# teacher was GP-trained with, so the four students need four teachers (encoder h, decoder h):
+# 24-3 (2, 2), 24-1 (2, 6), 6-6 (8, 1), 6-3 (8, 2).
+_T6 = (("GPKD 24-3", "gpkd_student_24_3", 2, 2, 30.40, 5237), ("GPKD 24-1", "gpkd_student_24_1", 2, 6, 30.05, 8116),
+       ("GPKD 6-6", "rpr_base_6_6", 8, 1, 30.16, 3817), ("GPKD 6-3", "gpkd_student_6_3", 8, 2, 29.71, 5460))
+_tss = {}
+for _label, _a, _eh, _dh, _bleu, _speed in _T6:
+    _tss[(_eh, _dh)] = gpkd_two_stage_teacher(
+        f"gpkd-wmt14-ende-48L-ssl-gp-e{_eh}-d{_dh}-teacher", "rpr_deep_48_6", ("--ssl-rate", "0.4"), _eh, _dh,
+        f"GPKD Table 6: Skipping Sub-Layer + GP 48-6 teacher (GP encoder h={_eh}, decoder h={_dh}) of {_label}",
+        notes=("one teacher per student: GP with the group sizes that student is extracted with (the paper names "
+               "one 'Skipping Sub-Layer + GP' system; which h it used is not stated)",))
 _t6 = [
     Row("Fan, Grave, and Joulin (2020) 12-6", None, {"bleu": 30.20, "params_m": 286, "tokens_per_s": 2534}, "cited"),
     Row("Wu et al. (2019b) 8-8", None, {"bleu": 29.92, "params_m": 270, "tokens_per_s": 2044}, "cited"),
     Row("Wei et al. (2020) 18-6", "msc-wmt14-ende-big-18L", {"bleu": 30.56, "params_m": exp_params("msc-wmt14-ende-big-18L")}, "cited; our MSC reproduction"),
-    Row("Skipping Sub-Layer + GP 48-6", _tss, {"bleu": 30.59, "params_m": exp_params(_tss), "tokens_per_s": 3092}),
+    Row("Skipping Sub-Layer + GP 48-6", _tss[(8, 1)], {"bleu": 30.59, "params_m": exp_params(_tss[(8, 1)]), "tokens_per_s": 3092},
+        "the GP h=8 teacher (of GPKD 6-6) stands for this row (our choice)"),
 ]
-for _label, _a, _eh, _dh, _bleu, _speed in (
-        ("GPKD 24-3", "gpkd_student_24_3", 2, 2, 30.40, 5237), ("GPKD 24-1", "gpkd_student_24_1", 2, 6, 30.05, 8116),
-        ("GPKD 6-6", "rpr_base_6_6", 8, 1, 30.16, 3817), ("GPKD 6-3", "gpkd_student_6_3", 8, 2, 29.71, 5460)):
-    _n = gpkd_student(f"gpkd-wmt14-ende-{_label.split()[1]}", _tss, _a, GPKD_BASE, _eh, _dh, f"GPKD Table 6: {_label}")
+for _label, _a, _eh, _dh, _bleu, _speed in _T6:
+    _n = gpkd_student(f"gpkd-wmt14-ende-{_label.split()[1]}", _tss[(_eh, _dh)], _a, GPKD_BASE, _eh, _dh,
+                      f"GPKD Table 6: {_label} (h encoder {_eh}, decoder {_dh})")
     _t6.append(Row(_label, _n, {"bleu": _bleu, "params_m": paper_params(_a), "tokens_per_s": _speed}))
-
-# Progressive compression 48 -> 24 -> 12 -> 6 with h = 2 (Sec. "Student Training")
-_skd_ref = Ref(_tss, "skd", "skd")
-_prog_stages = (
-    ExtractStage(teacher=Ref(_tss, "train", "model"), name="extract-24", encoder_group_size=2),
-    TrainStage(arch="rpr_deep_24_6", recipe=GPKD_BASE, name="student-24", model_flags=RPR_DROP + ("--gp-group-size", "2"),
-               data=_skd_ref, init=("finetune", Ref(None, "extract-24", "student"))),
-    ExtractStage(teacher=Ref(None, "student-24", "model"), name="extract-12", encoder_group_size=2),
-    TrainStage(arch="rpr_deep_24_6", recipe=GPKD_BASE, name="student-12",
-               model_flags=RPR_DROP + ("--encoder-layers", "12", "--gp-group-size", "2"),
-               data=_skd_ref, init=("finetune", Ref(None, "extract-12", "student"))),
-    ExtractStage(teacher=Ref(None, "student-12", "model"), name="extract-6", encoder_group_size=2),
-    TrainStage(arch="rpr_base_6_6", recipe=GPKD_BASE, name="student-6", model_flags=RPR_DROP,
-               data=_skd_ref, init=("finetune", Ref(None, "extract-6", "student"))),
-)
-_prog = _add(Experiment(
-    name="gpkd-wmt14-ende-6-6-progressive", paper=GPKD, dataset="wmt14-en-de-gpkd", stages=_prog_stages, eval=GPKD_EVAL,
-    title="GPKD: progressive compression 48 -> 24 -> 12 -> 6 (h = 2, three times)",
-    notes=("'progressively achieve this goal with h = 2 for three times of compression': each intermediate student is "
-           "trained with GP h=2 on the SKD data, then compressed again; the intermediate training lengths are ours "
-           "(the Base schedule)",)))
-_t6.append(Row("GPKD 6-6 (progressive, h = 2 three times)", _prog, {"bleu": "-"}, "not in the table; the paper's alternative"))
+for (_eh, _dh), _n in _tss.items():
+    if (_eh, _dh) != (8, 1):
+        _t6.append(Row(f"Skipping Sub-Layer + GP 48-6 teacher, GP h encoder {_eh} / decoder {_dh}", _n, {"bleu": "-"},
+                       "not in the table: the teacher of the student with these group sizes"))
 TABLES.append(Table("gpkd-t6", GPKD, "Table 6: overall results (BLEU, decoding tokens/s)", tuple(_t6)))
 
 
@@ -868,7 +963,8 @@ def check_registry() -> None:
         for ref in exp.refs():
             target = EXPERIMENTS[ref.experiment] if ref.experiment else exp
             stage = target.stage(ref.stage)
-            want = {"skd": "skd", "student": "extract", "model": "train", "last": "train", "dir": stage.kind}[ref.what]
+            want = {"skd": "skd", "student": "extract", "model": "train", "last": "train", "resume": "train",
+                    "dir": stage.kind}[ref.what]
             if stage.kind != want:
                 raise ValueError(f"{exp.name}: reference {ref} points at a {stage.kind} stage")
 

@@ -39,7 +39,9 @@ class Ref:
     ``what``: ``dir`` (the stage directory), ``last`` (checkpoint_last.pt, with optimizer
     state), ``model`` (the stage's finished model: the average of its last checkpoints as
     its experiment's evaluation averages them), ``skd`` (binarized SKD data), ``student``
-    (an extracted student checkpoint)."""
+    (an extracted student checkpoint), ``resume`` (the stage's averaged model *with* the newest
+    checkpoint's optimizer state, schedule and update count: a second training stage
+    continues from it with ``--continue-once``, see :class:`TrainStage`)."""
 
     experiment: Optional[str]
     stage: str
@@ -98,7 +100,9 @@ class TrainStage:
     criterion_flags: Tuple[str, ...] = ()
     data: Optional[Ref] = None  # None: the experiment's dataset; else an SKD corpus
     # ("finetune", ref): --finetune-from-model (weights only, fresh optimizer and schedule);
-    # ("continue", ref): --continue-once (weights, optimizer, schedule and update count).
+    # ("continue", ref): --continue-once (weights, optimizer, schedule and update count); with a
+    # ``resume`` ref: the averaged weights of a finished stage, its last optimizer state and update
+    # count, so the learning rate goes on along its schedule (no second warm-up).
     init: Optional[Tuple[str, Ref]] = None
     kind: str = "train"
 
@@ -220,6 +224,10 @@ class Row:
     experiment: Optional[str]
     paper: Dict[str, Union[float, str]] = field(default_factory=dict)
     note: str = ""
+    # a second evaluation of the same trained experiment (e.g. GPKD's greedy-search claim): extra
+    # ``evaluate`` flags and the results file they write (evaluate.py names it from the beam/lenpen)
+    eval_args: str = ""
+    results: str = "results.json"
 
 
 @dataclass(frozen=True)

@@ -33,16 +33,25 @@ METRICS = [  # results.json / Row.paper key, column title
     ("params_m", "params (M)"), ("train_hours", "train h"), ("tokens_per_s", "tokens/s"),
     ("speedup_vs_base", "speedup vs Base"), ("speedup_vs_deep", "speedup vs Deep"),
 ]
-RELATIVE = {"speedup_vs_base": "gpkd-wmt14-ende-base-6L", "speedup_vs_deep": "gpkd-wmt14-ende-48L-teacher"}
+# GPKD speedups: relative to Base-RPR-6L and to the plain Deep-RPR-48L (no GP), each with its paper's beam
+RELATIVE = {"speedup_vs_base": "gpkd-wmt14-ende-base-6L", "speedup_vs_deep": "gpkd-wmt14-ende-48L"}
+
+
+def result_key(name: str, results_file: str = "results.json") -> str:
+    """Key of an evaluation in :func:`load_results`: the experiment name for its results.json, else
+    ``name/<file>`` (a second evaluation of the same experiment, Row.results)."""
+    return name if results_file == "results.json" else f"{name}/{results_file}"
 
 
 def load_results(root: Path) -> Dict[str, dict]:
     out = {}
-    for name in experiments.EXPERIMENTS:
-        path = root / name / "results.json"
+    files = {(name, "results.json") for name in experiments.EXPERIMENTS}
+    files |= {(r.experiment, r.results) for t in experiments.TABLES for r in t.rows if r.experiment}
+    for name, fname in sorted(files):
+        path = root / name / fname
         if path.exists():
             try:
-                out[name] = json.loads(path.read_text(encoding="utf-8"))
+                out[result_key(name, fname)] = json.loads(path.read_text(encoding="utf-8"))
             except ValueError:
                 pass
     return out
@@ -85,8 +94,9 @@ def render_table(t: Table, results: Dict[str, dict], with_measured: bool = True,
         for k, _ in keys:
             cells.append(_fmt(r.paper.get(k), paper=True))
             if with_measured:
-                cells.append(_fmt(measured(k, r.experiment, results)))
-        cells.append(f"`{command.format(name=r.experiment)}`" if r.experiment else "(no command)")
+                cells.append(_fmt(measured(k, r.experiment and result_key(r.experiment, r.results), results)))
+        cmd = command.format(name=r.experiment) + (f" {r.eval_args}" if r.eval_args else "")
+        cells.append(f"`{cmd}`" if r.experiment else "(no command)")
         cells.append(r.note)
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"
