@@ -85,6 +85,19 @@ def _is(obj):
     return lambda original: obj
 
 
+def _ngram_block_up_to_step(original):
+    """fairseq 0.12's CPU n-gram blocker reads the last n-1 entries of the whole (pad-filled)
+    token buffer instead of the last n-1 generated tokens, so it never bans anything; give it
+    the generated prefix ``tokens[:, :step + 1]`` (what the CUDA kernel looks at)."""
+    import functools
+
+    @functools.wraps(original)
+    def _no_repeat_ngram(self, tokens, lprobs, bsz: int, beam_size: int, step: int):
+        return original(self, tokens[:, : step + 1], lprobs, bsz, beam_size, step)
+
+    return _no_repeat_ngram
+
+
 FIXES: Tuple[Fix, ...] = (
     Fix("weights_only_allowlist", "torch.serialization", None, "safety",
         "torch >= 2.6 loads with weights_only=True and refuses fairseq's own checkpoints "
@@ -139,6 +152,11 @@ FIXES: Tuple[Fix, ...] = (
         "gradients are not synchronised and the ranks silently diverge",
         "tests/test_fairseq_fixes.py::test_c10d_criterion_that_bypasses_ddp_forward_is_stopped",
         _rel._check_ddp_forward),
+    Fix("cpu_ngram_blocking", "fairseq.ngram_repeat_block", "NGramRepeatBlock._no_repeat_ngram", "behaviour",
+        "--no-repeat-ngram-size does nothing without the CUDA extension (CPU decoding): the "
+        "blocker compares the pad-filled end of the token buffer, not the last generated tokens",
+        "tests/test_summarization.py::test_trigram_blocking_works_on_the_cpu",
+        _ngram_block_up_to_step),
 )
 
 _BY_NAME: Dict[str, Fix] = {fix.name: fix for fix in FIXES}

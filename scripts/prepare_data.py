@@ -65,20 +65,21 @@ CHUNK = 5000          # pairs per worker job
 REPORT_EVERY = 10.0   # seconds between progress lines
 
 
-def _load_corpora():
-    """The corpora registry of the installed package, deepnmt_fairseq/repro/corpora.py.
+def _load_corpora(module: str = "corpora"):
+    """The corpora registry of the installed package, deepnmt_fairseq/repro/corpora.py (or
+    another standard-library-only module beside it, e.g. ``cnndm``).
 
     Loaded from the package's directory without importing ``deepnmt_fairseq`` itself (that
     would load fairseq and torch before this script forks its workers); the module uses the
     standard library only."""
-    name = "deepnmt_data_corpora"
+    name = f"deepnmt_data_{module}"
     if name in sys.modules:
         return sys.modules[name]
     pkg = importlib.util.find_spec("deepnmt_fairseq")
     if pkg is None or not pkg.submodule_search_locations:
         sys.exit("prepare_data.py: the deepnmt_fairseq package is not installed (pip install -e . or "
                  "bash scripts/setup_env.sh): its corpora registry is deepnmt_fairseq/repro/corpora.py")
-    path = Path(list(pkg.submodule_search_locations)[0]) / "repro" / "corpora.py"
+    path = Path(list(pkg.submodule_search_locations)[0]) / "repro" / f"{module}.py"
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
@@ -87,6 +88,7 @@ def _load_corpora():
 
 
 corpora = _load_corpora()
+cnndm = _load_corpora("cnndm")
 
 
 class DataPrepError(Exception):
@@ -572,7 +574,7 @@ class Job:
         except DataPrepError as e:
             print(f"  WARNING: {e}")
         print("  archives:")
-        for key in sorted({p.archive for p in r.parts()}):
+        for key in sorted(set(r.archive_keys()) if hasattr(r, "archive_keys") else {p.archive for p in r.parts()}):
             arch = corpora.ARCHIVES[key]
             path, origin = locate_archive(arch, self.from_dir, self.downloads)
             if path is not None:
@@ -593,7 +595,8 @@ class Job:
 
     # ------------------------------------------------------------------ sources
     def fetch(self) -> None:
-        keys = sorted({p.archive for p in self.r.parts()})
+        keys = sorted(set(self.r.archive_keys()) if hasattr(self.r, "archive_keys")
+                      else {p.archive for p in self.r.parts()})
         if self.from_dir is not None:
             missing = [corpora.ARCHIVES[k] for k in keys
                        if locate_archive(corpora.ARCHIVES[k], self.from_dir, self.downloads)[0] is None]
@@ -1004,6 +1007,157 @@ class Job:
         os.replace(self.ds / ".done.tmp", self.ds / ".done")
 
 
+class SummarizationJob(Job):
+    """CNN/DailyMail for MSC Appendix A (``cnndm``): story archives + See et al.'s URL lists ->
+    ``raw/<split>.jsonl`` (parsed stories, URL-list order) -> ``tok/<split>.{article,summary}``
+    (Moses-tokenized, lowercased, See et al.'s period fix, ``<q>`` between summary sentences)
+    -> ``bpe/`` (joint BPE; articles truncated to their first 640 subword tokens) -> ``bin/``.
+    The choices are in deepnmt_fairseq/repro/cnndm.py and docs/data-preparation.md."""
+
+    def __init__(self, args, recipe):
+        super().__init__(args, recipe)
+        if args.spm:
+            raise DataPrepError("--spm is not offered for cnndm (joint BPE, subword-nmt)")
+        self.max_doc = args.max_doc_tokens or recipe.max_doc_tokens
+        self.config["max_doc_tokens"] = self.max_doc
+
+    def describe_steps(self) -> list:
+        r = self.r
+        return [
+            ("raw", "read " + ", ".join(corpora.ARCHIVES[k].filename for k in r.stories) + " and the URL lists "
+                    + ", ".join(corpora.ARCHIVES[r.url_lists[s]].filename for s in SPLITS)
+                    + "; story = sha1(URL).story; article lines / @highlight sentences (See et al.)"),
+            ("tok", "Moses tokenizer (sacremoses, en, escape=False; CoreNLP's PTB tokenizer in See et al.), "
+                    "lowercased, See et al.'s missing-period fix; summary sentences joined with "
+                    f"{cnndm.SENT_SEP}; empty articles or summaries dropped"),
+            ("bpe", f"joint BPE, subword-nmt, {self.merges} merges learned on train article+summary; articles "
+                    f"truncated to their first {self.max_doc} subword tokens"),
+            ("bin", f"fairseq-preprocess --source-lang {r.src} --target-lang {r.tgt} --joined-dictionary "
+                    f"--workers {self.workers}"),
+        ]
+
+    def step_raw(self) -> dict:
+        r = self.r
+        out = self.fresh_partial("raw")
+        where = {}          # story hash -> (split, position)
+        order = {}
+        for split in SPLITS:
+            path = self.archives[r.url_lists[split]]
+            with open(path, encoding="utf-8") as f:
+                hashes = cnndm.read_url_list(f)
+            if not hashes:
+                raise DataPrepError(f"the {split} URL list {path} is empty")
+            for i, h in enumerate(hashes):
+                if h in where:
+                    raise DataPrepError(f"URL lists: story {h} is listed twice ({where[h][0]} and {split})")
+                where[h] = (split, i)
+            order[split] = hashes
+        stats = {"url_lists": {s: len(order[s]) for s in SPLITS}, "archives": {}}
+        offsets = {}
+        blob = out / "stories.jsonl.tmp"
+        with open(blob, "w", encoding="utf-8", newline="\n") as fout:
+            for key in r.stories:
+                path, n = self.archives[key], 0
+                self.log(f"raw: reading {path}")
+                prog = Progress(self.log, f"raw: {path.name}", "stories")
+                try:
+                    with tarfile.open(path, mode="r|*") as tar:
+                        for m in tar:
+                            base = m.name.rsplit("/", 1)[-1]
+                            if not m.isfile() or not base.endswith(".story") or base[:-6] not in where:
+                                continue
+                            h = base[:-6]
+                            data = tar.extractfile(m).read()
+                            try:
+                                text = data.decode("utf-8", errors="replace" if self.args.allow_invalid_utf8
+                                                   else "strict")
+                            except UnicodeDecodeError as e:
+                                raise DataPrepError(f"{path.name}:{m.name} is not valid UTF-8 ({e}); "
+                                                    "--allow-invalid-utf8 replaces bad bytes") from None
+                            article, highlights = cnndm.parse_story(text)
+                            offsets[h] = fout.tell()
+                            fout.write(json.dumps({"id": h, "article": article, "highlights": highlights},
+                                                  ensure_ascii=False) + "\n")
+                            n += 1
+                            prog.add()
+                except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError) as e:
+                    raise ArchiveReader(path, corpora.ARCHIVES[key])._corrupt(e) from None
+                prog.done()
+                stats["archives"][key] = n
+        missing = [h for h in where if h not in offsets]
+        if missing:
+            raise DataPrepError(f"{len(missing):,} stories of the URL lists are in none of the archives "
+                                f"(e.g. {', '.join(m + '.story' for m in missing[:3])}); are the archives "
+                                "complete (cnn_stories.tgz and dailymail_stories.tgz)?")
+        with open(blob, "rb") as fin:
+            for split in SPLITS:
+                with open(out / f"{split}.jsonl.tmp", "wb") as f:
+                    for h in order[split]:
+                        fin.seek(offsets[h])
+                        f.write(fin.readline())
+                os.replace(out / f"{split}.jsonl.tmp", out / f"{split}.jsonl")
+                stats[split] = len(order[split])
+        blob.unlink()
+        return stats
+
+    def step_tok(self) -> dict:
+        out = self.fresh_partial("tok")
+        spec = {"tok": True, "langs": ("en",), "lowercase": False, "aggressive": False, "normalize": False}
+        stats = {}
+        s, t = self.langs()
+        with Workers(self.workers, spec) as pool:
+            for split in SPLITS:
+                prog = Progress(self.log, f"tok: {split}", "stories")
+                w = Writer(out, split, s, t)
+                dropped = collections.Counter()
+
+                def stories(split=split):
+                    with open(self.ds / "raw" / f"{split}.jsonl", encoding="utf-8") as f:
+                        for line in f:
+                            yield json.loads(line)
+
+                for res in pool.map(_story_job, chunks(stories(), 500)):
+                    for art, summ in res:
+                        if not art or not summ:
+                            dropped["empty article" if not art else "empty summary"] += 1
+                            continue
+                        w.write(art, summ)
+                    prog.add(len(res))
+                w.close()
+                stats[split] = w.n
+                stats[f"{split}_dropped"] = dict(dropped)
+                prog.done(f" -> {w.n:,} pairs" + (f" (dropped {dict(dropped)})" if dropped else ""))
+        return stats
+
+    def _seg_split(self, split: str, pool, out: Path, stats: dict) -> None:
+        """Apply BPE to one split and truncate every article to its first max_doc_tokens subword tokens."""
+        n_max = self.max_doc
+        s, t = self.langs()
+        prog = Progress(self.log, f"bpe: apply to {split}", "pairs")
+        w = Writer(out, split, s, t)
+        truncated = 0
+        for res in pool.map(_seg_job, chunks(self.tok_pairs(split), CHUNK)):
+            for x, y in res:
+                if len(x.split()) > n_max:
+                    truncated += 1
+                    x = cnndm.truncate(x, n_max)
+                w.write(x, y)
+            prog.add(len(res))
+        w.close()
+        stats[split] = w.n
+        stats[f"{split}_truncated"] = truncated
+        prog.done(f" -> {w.n:,} pairs ({truncated:,} articles truncated to {n_max} subword tokens)")
+
+
+def _story_job(stories):
+    mt = _W["mt"]["en"]
+
+    def tokenize(line):
+        return mt.tokenize(line, escape=False, return_str=True)
+
+    return [cnndm.make_pair(st["article"], st["highlights"], tokenize) for st in stories]
+
+
 class Writer:
     """Writes a parallel split as ``<split>.<src>`` / ``<split>.<tgt>`` (temp names, renamed on close)."""
 
@@ -1026,6 +1180,12 @@ class Writer:
 # ============================================================================ CLI
 def list_corpora() -> None:
     for r in corpora.RECIPES.values():
+        if getattr(r, "kind", "") == "summarization":
+            print(f"{r.name:24s} {r.src}->{r.tgt}  {r.title}")
+            print(f"{'':24s} paper: {r.papers}; sizes: " + ", ".join(f"{k} {v}" for k, v in r.paper_sizes.items()))
+            print(f"{'':24s} default subwords: {r.bpe_merges}; documents truncated to {r.max_doc_tokens} subword "
+                  f"tokens; archives: " + ", ".join(corpora.ARCHIVES[k].filename for k in r.archive_keys()))
+            continue
         print(f"{r.name:24s} {r.src}->{r.tgt}  {r.title}")
         print(f"{'':24s} paper: {r.papers}; sizes: " + ", ".join(f"{k} {v}" for k, v in r.paper_sizes.items()))
         print(f"{'':24s} default subwords: {r.bpe_merges}; valid: "
@@ -1060,6 +1220,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="BPE merge operations (with --spm: vocabulary size); default: the paper's value "
                         "(MSC Sec. 4.1: IWSLT 10k, WMT14 En-De 32k; deep-decoder paper Sec. 4.1: 40k; "
                         "transparent attention Sec. 4: Cs-En 32k; GPKD: 32k)")
+    p.add_argument("--max-doc-tokens", type=int, default=None,
+                   help="cnndm: truncate every article to its first N subword tokens (default: MSC Appendix A's "
+                        "640)")
     p.add_argument("--force", action="store_true",
                    help="delete an existing (finished or differently configured) dataset and rebuild it")
     p.add_argument("--dry-run", action="store_true", help="show what would be done and exit")
@@ -1079,12 +1242,15 @@ def main(argv=None) -> int:
         return 0
     if not args.name:
         build_parser().error("NAME is required (or --list)")
+    if args.max_doc_tokens is not None and args.max_doc_tokens < 1:
+        build_parser().error("--max-doc-tokens must be positive")
     if args.bpe_merges is not None and args.bpe_merges < 1:
         build_parser().error("--bpe-merges must be positive")
     if args.from_dir and not Path(args.from_dir).is_dir():
         print(f"prepare_data: error: --from-dir {args.from_dir} is not a directory", file=sys.stderr)
         return 2
-    job = Job(args, corpora.RECIPES[args.name])
+    recipe = corpora.RECIPES[args.name]
+    job = (SummarizationJob if getattr(recipe, "kind", "") == "summarization" else Job)(args, recipe)
     try:
         return job.run()
     except DataPrepError as e:

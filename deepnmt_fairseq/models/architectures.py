@@ -189,6 +189,30 @@ _register_msc_wide(36, 6)
 
 
 # --------------------------------------------------------------------------
+# MSC Appendix A: abstractive summarization, CNN/DailyMail (Table 6).  "a embedding size of 512
+# and FFN layer dimension of 1024 ... maximum length to 768"; 8 heads (the appendix's HIERTRANS
+# setting "emb=512, ffn=1024, head=8"); pre-norm backbone, shared vocabulary (joint BPE).
+def _cnndm(args):
+    _set(args, encoder_embed_dim=512, encoder_ffn_embed_dim=1024, encoder_attention_heads=8,
+         decoder_embed_dim=512, decoder_ffn_embed_dim=1024, decoder_attention_heads=8,
+         share_all_embeddings=True, dropout=0.1, max_source_positions=768, max_target_positions=768)
+
+
+@_arch("transformer_cnndm_6l", MSC, "Table 6 (TRANSFORMER, 6-layer encoder)", None, key=("cnndm", "transformer"))
+def transformer_cnndm_6l(args):
+    _depth(args, 6, 6)
+    _cnndm(args)
+    deep_base_architecture(args)
+
+
+@_arch("msc_cnndm_36l", MSC, "Table 6 (MSC, 36-layer encoder, 6x6)", None, key=("cnndm", "msc", 36))
+def msc_cnndm_36l(args):
+    _msc(args, 6, 6)
+    _cnndm(args)
+    deep_base_architecture(args)
+
+
+# --------------------------------------------------------------------------
 # MSC, WMT14 En-De (Wei et al. 2020, Table 4)
 def _register_msc_wmt(size, layers, per_block, row, params):
     width = _wmt_base if size == "base" else _wmt_big

@@ -150,13 +150,18 @@ def cmd_evaluate(argv: List[str], registry) -> int:
     p.add_argument("--remove-bpe", help="fairseq-generate --remove-bpe (default: sentencepiece for data "
                                          "prepared with --spm, else subword_nmt)")
     p.add_argument("--tag", help="results-TAG.json instead of results.json")
+    p.add_argument("--max-len-b", help="summarization (msc-cnndm-*): comma list of maximum summary lengths to "
+                                       "try on valid (default: the experiment's grid)")
     a = p.parse_args(argv)
     exp = _get(registry, a.name)
     paths = Paths.from_env(a.data_root, a.checkpoint_root, a.save_dir, a.data)
     opts = EvalOptions(paths=paths, checkpoint_dir=Path(a.checkpoint_dir).absolute() if a.checkpoint_dir else None,
                        checkpoint=Path(a.checkpoint).absolute() if a.checkpoint else None, average=a.average,
                        subset=a.subset, beam=a.beam, lenpen=a.lenpen, batch_size=a.batch_size, cpu=a.cpu,
-                       fp16=a.fp16, remove_bpe=a.remove_bpe, tag=a.tag, extra=extra, dry_run=a.dry_run)
+                       fp16=a.fp16, remove_bpe=a.remove_bpe, tag=a.tag, extra=extra, dry_run=a.dry_run,
+                       max_len_b=[int(x) for x in a.max_len_b.split(",")] if a.max_len_b else None)
+    if exp.eval.primary.startswith("rouge"):  # MSC Appendix A summarization: ROUGE, max length tuned on valid
+        from .summarization import SummarizationEvaluator as Evaluator  # noqa: N806
     Evaluator(exp, registry, opts).run()
     return 0
 

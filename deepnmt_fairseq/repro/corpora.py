@@ -27,6 +27,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 SACREBLEU_MD5 = "MD5 from sacrebleu 2.6.0's dataset registry (same URL)"
+TORCHTEXT_MD5 = "MD5 from torchtext's CNNDM dataset (same archive)"
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,23 @@ ARCHIVES = {a.key: a for a in [
     Archive("wmt16-test", "wmt16-test.tgz", ("https://data.statmt.org/wmt16/translation-task/test.tgz",),
             "WMT16 test sets (newstest2016 .sgm)", also_named=("wmt16/test.tgz",),
             md5="3d809cd0c2c86adb2c67034d15c4e446", checksum_source=SACREBLEU_MD5 + ", entry wmt16"),
+    # CNN/DailyMail (MSC Appendix A; See et al. 2017): the story archives of Hermann et al. (2015)
+    # (cs.nyu.edu/~kcho/DMQA, served from Google Drive, which needs a browser: use --from-dir) and
+    # See et al.'s URL lists that define the splits.
+    Archive("cnn-stories", "cnn_stories.tgz",
+            ("https://drive.google.com/uc?export=download&id=0BwmD_VLjROrfTHk4NFg2SndKcjQ",),
+            "CNN stories of the DeepMind Q&A dataset (cnn/stories/<sha1 of URL>.story), from "
+            "https://cs.nyu.edu/~kcho/DMQA/", md5="85ac23a1926a831e8f46a6b8eaf57263",
+            checksum_source=TORCHTEXT_MD5),
+    Archive("dailymail-stories", "dailymail_stories.tgz",
+            ("https://drive.google.com/uc?export=download&id=0BwmD_VLjROrfM1BxdkxVaTY2bWs",),
+            "Daily Mail stories of the DeepMind Q&A dataset (dailymail/stories/<sha1 of URL>.story), from "
+            "https://cs.nyu.edu/~kcho/DMQA/", md5="f9c5f565e8abe86c38bfa4ae8f96fd72",
+            checksum_source=TORCHTEXT_MD5),
+    *[Archive(f"cnndm-urls-{split}", f"all_{name}.txt",
+              (f"https://raw.githubusercontent.com/abisee/cnn-dailymail/master/url_lists/all_{name}.txt",),
+              f"See et al.'s {split} URL list (abisee/cnn-dailymail url_lists/all_{name}.txt)")
+      for split, name in (("train", "train"), ("valid", "val"), ("test", "test"))],
 ]}
 
 
@@ -284,9 +302,64 @@ RECIPES = {r.name: r for r in [
 ]}
 
 
+@dataclass(frozen=True)
+class SummarizationRecipe:
+    """A document -> summary corpus (``src`` = documents, ``tgt`` = summaries), built by
+    ``scripts/prepare_data.py`` from story archives and URL lists (:mod:`.cnndm`)."""
+
+    name: str
+    src: str
+    tgt: str
+    title: str
+    papers: str
+    stories: tuple            # archive keys of the story tarballs
+    url_lists: dict           # split -> archive key of its URL list
+    bpe_merges: int = 32000
+    max_doc_tokens: int = 640
+    lowercase: bool = True
+    paper_sizes: dict = field(default_factory=dict)
+    expected: dict = field(default_factory=dict)
+    notes: str = ""
+    kind: str = "summarization"
+    # what code shared with the translation recipes reads (no parallel parts, no split-off valid)
+    train: tuple = ()
+    valid: tuple = ()
+    test: tuple = ()
+    valid_every: int = 0
+
+    def fingerprint(self) -> str:
+        keep = asdict(self)
+        for k in ("title", "papers", "paper_sizes", "expected", "notes"):
+            keep.pop(k)
+        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+    def parts(self):
+        return ()
+
+    def archive_keys(self):
+        return (*self.stories, *self.url_lists.values())
+
+
+RECIPES["cnndm"] = SummarizationRecipe(
+    "cnndm", "article", "summary", "CNN/DailyMail, non-anonymized (See et al. 2017 splits), for MSC Appendix A",
+    "MSC Appendix A (Table 6)", stories=("cnn-stories", "dailymail-stories"),
+    url_lists={"train": "cnndm-urls-train", "valid": "cnndm-urls-valid", "test": "cnndm-urls-test"},
+    paper_sizes={"train": "287,226", "valid": "13,368", "test": "11,490"},
+    expected={"train": 287226, "valid": 13368, "test": 11490},
+    notes="See et al.'s make_datafiles.py with the Moses tokenizer in place of CoreNLP's PTB tokenizer; "
+          "lowercased; summary sentences joined with <q>; empty articles dropped; joint BPE 32k (the paper "
+          "gives no number); articles truncated to their first 640 BPE tokens (deepnmt_fairseq/repro/cnndm.py, "
+          "docs/data-preparation.md).")
+
+
 def check_registry() -> None:
     """Every part names a known archive and one member per language of each recipe."""
     for r in RECIPES.values():
+        if getattr(r, "kind", "translation") == "summarization":
+            for key in r.archive_keys():
+                if key not in ARCHIVES:
+                    raise AssertionError(f"{r.name}: unknown archive {key}")
+            continue
         for p in r.parts():
             if p.archive not in ARCHIVES:
                 raise AssertionError(f"{r.name}: part {p.name} uses unknown archive {p.archive}")

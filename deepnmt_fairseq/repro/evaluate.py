@@ -58,6 +58,7 @@ class EvalOptions:
     tag: Optional[str] = None
     extra: List[str] = field(default_factory=list)
     dry_run: bool = False
+    max_len_b: Optional[List[int]] = None  # summarization: the maximum lengths tried on valid (default: registry)
 
 
 def raw_reference_files(dataset_dir: Path, dataset: str, subset: str, lang: str) -> List[Path]:

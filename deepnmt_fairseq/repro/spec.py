@@ -153,6 +153,10 @@ class EvalSpec:
     also_single: bool = False  # also score checkpoint_last.pt alone (GPKD Table 5 "Single")
     stage: Optional[str] = None  # default: the last train stage
     notes: Tuple[str, ...] = ()
+    # summarization (MSC Appendix A): fairseq-generate --no-repeat-ngram-size (trigram blocking = 3)
+    # and the --max-len-b values tried on the validation set (the best one decodes the test set)
+    no_repeat_ngram_size: int = 0
+    max_len_b: Tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

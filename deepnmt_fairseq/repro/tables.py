@@ -29,7 +29,8 @@ CLI_COMMAND = "deepnmt-repro train {name} && deepnmt-repro evaluate {name}"
 DOC_COMMAND = "scripts/train.sh {name} && scripts/evaluate.sh {name}"
 
 METRICS = [  # results.json / Row.paper key, column title
-    ("bleu", "BLEU"), ("sacrebleu", "sacreBLEU"), ("single_bleu", "single ckpt"), ("valid_ppl", "valid PPL"),
+    ("bleu", "BLEU"), ("rouge1", "R-1"), ("rouge2", "R-2"), ("rougeL", "R-L"),  # ROUGE: MSC Table 6
+    ("sacrebleu", "sacreBLEU"), ("single_bleu", "single ckpt"), ("valid_ppl", "valid PPL"),
     ("params_m", "params (M)"), ("train_hours", "train h"), ("tokens_per_s", "tokens/s"),
     ("speedup_vs_base", "speedup vs Base"), ("speedup_vs_deep", "speedup vs Deep"),
 ]
