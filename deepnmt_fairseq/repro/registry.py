@@ -307,8 +307,6 @@ TABLES.append(Table("msc-fig2", MSC, "Figure 2: plain vs MSC nets (degradation),
     Row("MSC, 72 layers", "msc-iwslt14-ende-72L-l2", {"bleu": "fig."}),
 ), note="The figure's numbers are not given in the text."))
 
-# ======================================================================================
-# Transparent attention (Bapna et al. 2018)
 # MSC Appendix A (Table 6): abstractive summarization on CNN/DailyMail ---------------------------
 MSC_CNNDM = Recipe(
     lr=vaswani_lr(512, 8000), warmup_updates=8000, max_update=0, tokens_per_update=32 * 768,
@@ -354,6 +352,8 @@ TABLES.append(Table("msc-t6", MSC, "Table 6: CNN/DailyMail summarization (ROUGE-
 ), note="Data: scripts/prepare_data.py cnndm (See et al.'s splits, archives via --from-dir). ROUGE-L is the "
         "summary-level rougeLsum; the scorer's settings are in each results.json (rouge_settings)."))
 
+# ======================================================================================
+# Transparent attention (Bapna et al. 2018)
 # ======================================================================================
 BAPNA_BASE = Recipe(
     lr=vaswani_lr(512, 40000, 3.0), warmup_updates=40000, max_update=100000, tokens_per_update=32768,
