@@ -241,7 +241,7 @@ def cmd_configs(cmd: str, argv: List[str], registry) -> int:
     return main_write(registry, config_dir) if cmd == "write-configs" else main_check(registry, config_dir)
 
 
-COMMANDS = ("list", "show", "train", "evaluate", "table", "write-configs", "check-configs")
+COMMANDS = ("list", "show", "train", "evaluate", "table", "plot", "write-configs", "check-configs")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -264,6 +264,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             from .tables import main as table_main
 
             return table_main(rest)
+        if cmd == "plot":  # the papers' figures (deepnmt_fairseq/repro/figures.py)
+            from .figures import main as plot_main
+
+            return plot_main(rest)
         from .registry import EXPERIMENTS as registry
         from .registry import TABLES as tables
 

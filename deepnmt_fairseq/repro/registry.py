@@ -22,10 +22,12 @@ same architecture (:data:`OWN_PARAM_COUNTS` says why).
 
 from __future__ import annotations
 
+import re
 from typing import Dict, List, Tuple
 
 from ..models.architectures import ARCHS, PAPER_ROWS, cad_defaults
 from ..models.deep_transformer import MODEL_NAME
+from . import figures as FIG
 from .spec import (
     EvalSpec,
     Experiment,
@@ -506,8 +508,14 @@ DD_BIG = DD_BASE.with_(lr=vaswani_lr(1024, 4000),
 def dd_eval(pair: str, big: bool) -> EvalSpec:
     avg = 20 if big else 5
     if pair == "ende":
-        return wmt_ende_eval(avg, extra_notes=(f"last {avg} checkpoints averaged (Vaswani; the paper is silent)",
-                                               "the paper reports multi-bleu.perl and detokenized sacreBLEU (Sec. 4.1)"))
+        # headline: what Sec. 4.1 states ("We used multi-bleu.perl and detokenized sacreBLEU"): tokenized BLEU
+        # without compound splitting, which the paper does not mention; compound-split BLEU is printed beside it
+        return EvalSpec(beam=4, lenpen=0.6, average=avg, primary="tok_bleu",
+                        notes=("beam 4, length penalty 0.6 (Vaswani; the paper is silent)",
+                               "headline: multi-bleu.perl on the Moses-tokenized output (Sec. 4.1 'We used "
+                               "multi-bleu.perl and detokenized sacreBLEU'); the paper does not mention compound "
+                               "splitting, so compound-split BLEU is printed beside it, not instead of it",
+                               f"last {avg} checkpoints averaged (Vaswani; the paper is silent)"))
     return EvalSpec(beam=4, lenpen=0.6, average=avg, primary="tok_bleu",
                     notes=("beam 4, length penalty 0.6 (Vaswani)", "multi-bleu.perl (tokenized, case-sensitive) "
                            f"and detokenized sacreBLEU (Sec. 4.1); last {avg} checkpoints averaged (Vaswani)"))
@@ -678,6 +686,115 @@ for _side in ("enc", "dec"):
 _fig4.append(Row("15-15", dd_name("ende", "base", 15, 15, "cad-crt"), {"bleu": 29.09}, "= Table 1"))
 TABLES.append(Table("dd-fig4", DD, "Figure 4: encoder depth vs decoder depth (the other fixed at 15), CAD+CRT",
                     tuple(_fig4)))
+
+# Fig. 1: training PPL and BLEU vs decoder depth after 200K steps, "except for the number of decoder layers, other
+# hyperparameters were kept consistent with ... the Transformer-based model setting" (6-layer encoder), without
+# the methods (the collapse) and with CAD + CRT (what the methods change)
+_FIG1_DEPTHS = (6, 9, 12, 15, 18, 21, 24, 27)
+_fig1 = {"plain": [], "cad-crt": []}
+_fig1_rows = []
+for _dec in _FIG1_DEPTHS:
+    for _m in ("plain", "cad-crt"):
+        if _dec == 6 and _m == "cad-crt":
+            continue  # 6-6 is the baseline itself (no deep decoder to fix)
+        if _dec == 6:
+            _name = dd_name("ende", "base", 6, 6)
+        elif _dec == 24 and _m == "cad-crt":
+            _name = dd_name("ende", "base", 6, 24, "cad-crt")  # Table 2's 6-24
+        else:
+            _name = f"dd-fig1-base-6-{_dec}" + ("-cad-crt" if _m == "cad-crt" else "")
+            _flags = ("--encoder-layers", "6", "--decoder-layers", str(_dec), "--share-all-embeddings")
+            if _m == "cad-crt":
+                _depth, _ratio = cad_defaults(_dec)
+                _flags += ("--cad-drop-depth", str(_depth), "--cad-drop-ratio", f"{_ratio:g}")
+            _single(_name, DD, "wmt14-en-de-dd", MODEL_NAME, DD_BASE, dd_eval("ende", False),
+                    f"Deep-decoder Fig. 1: 6-layer encoder, {_dec}-layer decoder" + (", CAD+CRT" if _m == "cad-crt" else ""),
+                    model_flags=_flags, criterion=CR if _m == "cad-crt" else "label_smoothed_cross_entropy",
+                    criterion_flags=CRT if _m == "cad-crt" else (),
+                    notes=("Sec. 3.2 / Fig. 1: BASE setting, only the decoder depth changes, 200K updates; the "
+                           "depth grid and the pre-norm layers (as Table 1's BASE) are ours",)
+                    + ((_CAD_NOTE, _CRT_NOTE) if _m == "cad-crt" else ()))
+        _fig1[_m].append((_dec, _name))
+        _fig1_rows.append(Row(f"6-{_dec}" + (" + CAD + CRT" if _m == "cad-crt" else ""), _name, {"bleu": "fig."}))
+TABLES.append(Table("dd-fig1", DD, "Figure 1: training PPL and BLEU vs decoder depth (6-layer encoder), without and "
+                    "with CAD + CRT", tuple(_fig1_rows),
+                    note="The paper's Fig. 1 shows the plain model only; the CAD + CRT line is the issue's "
+                         "'with and without the methods'. Training PPL is the last logged training perplexity."))
+_fig1["cad-crt"].insert(0, (6, dd_name("ende", "base", 6, 6)))  # both lines start at the 6-6 baseline
+
+FIG.add(FIG.Figure(
+    "dd-fig1", DD, "Deep-decoder Fig. 1: training PPL and BLEU vs decoder depth (WMT14 En-De, 6-layer encoder)",
+    "sweep", "decoder layers", (("last_train_ppl", "training PPL"), ("bleu", "BLEU (multi-bleu.perl)")),
+    (("Transformer BASE (pre-norm)", tuple(FIG.Point(d, n) for d, n in _fig1["plain"])),
+     ("+ CAD + CRT", tuple(FIG.Point(d, n) for d, n in _fig1["cad-crt"]))),
+    chosen="decoder depths 6..27 step 3 (the paper prints no grid); training PPL = the last logged training "
+           "perplexity of the run; the CAD + CRT line is added"))
+_f2 = {}
+for _r in _fig2:
+    _m = re.search(r"depth(\d+)-ratio([0-9.]+)$", _r.experiment)
+    _f2.setdefault(f"drop ratio {_m.group(2)}", []).append(FIG.Point(int(_m.group(1)), _r.experiment))
+FIG.add(FIG.Figure(
+    "dd-fig2", DD, "Deep-decoder Fig. 2: BLEU vs CAD drop depth per drop ratio (BASE DEEP-54L, CAD + ALD)", "sweep",
+    "drop depth L_dr (of 27 decoder layers)", (("bleu", "BLEU"),), tuple((k, tuple(v)) for k, v in _f2.items()),
+    chosen="depths 3..27 step 3 and ratios 0.25/0.5/0.75/1.0 (the text states only the peak at 21 and ratio 1.0)"))
+_f3p = tuple(FIG.Point(float(re.search(r"pald([0-9.]+)", r.experiment).group(1)), r.experiment)
+             for r in _fig3 if r.experiment.endswith("tau0.1"))
+_f3t = tuple(FIG.Point(float(re.search(r"tau([0-9.]+)$", r.experiment).group(1)), r.experiment)
+             for r in _fig3 if "pald0.3-" in r.experiment)
+FIG.add(FIG.Figure(
+    "dd-fig3", DD, "Deep-decoder Fig. 3: BLEU vs p_ALD (tau 0.1) and vs tau (p_ALD 0.3), BASE DEEP-30L", "sweep",
+    "p_ALD (left line) / tau (right line)", (("bleu", "BLEU"),),
+    (("p_ALD, tau = 0.1", _f3p), ("tau, p_ALD = 0.3", _f3t)),
+    chosen="p_ALD 0.1..0.4 at tau 0.1 and tau 0.05/0.1/0.2/0.5 at p_ALD 0.3 (the text names tau 0.05 and 0.1 only)"))
+_f4 = {"encoder depth (decoder 15)": [], "decoder depth (encoder 15)": []}
+for _r in _fig4:
+    _e, _d = (int(x) for x in _r.label.split("-"))
+    if _r.label == "15-15":
+        for _k in _f4:
+            _f4[_k].append(FIG.Point(15, _r.experiment))
+    elif _d == 15:
+        _f4["encoder depth (decoder 15)"].append(FIG.Point(_e, _r.experiment))
+    else:
+        _f4["decoder depth (encoder 15)"].append(FIG.Point(_d, _r.experiment))
+FIG.add(FIG.Figure(
+    "dd-fig4", DD, "Deep-decoder Fig. 4: BLEU vs encoder / decoder depth (the other 15), CAD + CRT", "sweep",
+    "layers", (("bleu", "BLEU"),), tuple((k, tuple(sorted(v, key=lambda p: p.x))) for k, v in _f4.items()),
+    chosen="depths 1..24 (the text names depth 1 only)"))
+
+
+def dd_settings(name: str) -> str:
+    """The CAD / CRT values an experiment runs with, ``*`` marking each value that is our choice rather than
+    the paper's (Sec. 3.3-4.3 print none of them; the text names drop depth 21 of 27, ratio 1.0, tau 0.05 and
+    0.1 as points of its sweeps).  Empty for models without CAD or CRT."""
+    exp = EXPERIMENTS[name]
+    st = exp.eval_stage
+    def flags(seq):
+        return {k: (seq[i + 1] if i + 1 < len(seq) and not seq[i + 1].startswith("--") else "")
+                for i, k in enumerate(seq) if k.startswith("--")}
+
+    f, crit = flags(st.model_flags), flags(st.criterion_flags)
+    depth, ratio = f.get("--cad-drop-depth"), f.get("--cad-drop-ratio")
+    dec = int(f.get("--decoder-layers") or 0)
+    for key, arch in ARCHS.items():
+        if arch == st.arch and key[0] == "dd":
+            dec = dec or key[3]
+            if key[-1]:  # a named CAD architecture: its cad_defaults unless the flags say otherwise
+                d, r = cad_defaults(key[3])
+                depth, ratio = depth or str(d), ratio or f"{r:g}"
+            break
+    out = []
+    if depth is not None:
+        out.append(f"L_dr {depth}" + ("" if (depth == "21" and dec == 27) else "*"))
+        out.append(f"p_net {ratio}" + ("" if ratio in ("1", "1.0") else "*"))
+    if st.criterion == CR and (crit.get("--ddr-alpha") not in (None, "0") or crit.get("--ald-alpha") not in (None, "0")):
+        if crit.get("--ddr-alpha") not in (None, "0"):
+            out.append(f"α_DDR {crit['--ddr-alpha']}*")
+        if crit.get("--ald-alpha") not in (None, "0"):
+            out.append(f"α_ALD {crit['--ald-alpha']}*")
+            out.append(f"p_ALD {crit.get('--ald-p', '?')}*")
+            tau = crit.get("--ald-tau", "?")
+            out.append(f"τ {tau}" + ("" if tau in ("0.05", "0.1") else "*"))
+    return ", ".join(out)
 
 # ======================================================================================
 # GPKD + skipping sub-layer (Li et al. 2021), WMT En-De (Zh-En data is not freely available)
@@ -995,6 +1112,59 @@ for (_eh, _dh), _n in _tss.items():
         _t6.append(Row(f"Skipping Sub-Layer + GP 48-6 teacher, GP h encoder {_eh} / decoder {_dh}", _n, {"bleu": "-"},
                        "not in the table: the teacher of the student with these group sizes"))
 TABLES.append(Table("gpkd-t6", GPKD, "Table 6: overall results (BLEU, decoding tokens/s)", tuple(_t6)))
+
+# Figures (curves from the training logs, sweeps from results.json; deepnmt-repro plot KEY)
+FIG.add(FIG.Figure(
+    "gpkd-fig2", GPKD, "GPKD Fig. 2: training and validation PPL of the shallow and the deep model (WMT En-De)",
+    "curves", "updates", (("train_ppl", "training PPL"), ("valid_ppl", "validation PPL")),
+    (("shallow: Base-RPR-6L", FIG.Run(((_base6, None),))), ("deep: Deep-RPR-48L", FIG.Run(((_p48, None),)))),
+    chosen="x = updates (the paper: 'training steps'); one panel per metric with both models, where the paper "
+           "has one panel per model with both metrics"))
+FIG.add(FIG.Figure(
+    "gpkd-fig4", GPKD, "GPKD Fig. 4: training loss of the GPKD and the SKD student (WMT En-De, 48L -> 6-6)",
+    "curves", "updates", (("train_loss", "training loss"),),
+    (("GPKD", FIG.Run(((_g["48L"][1], "student"),))), ("SKD", FIG.Run(((_g["48L"][0], None),)))),
+    chosen="the Table 1 students of the 48-layer teacher (the paper does not say which teacher); fairseq's "
+           "label-smoothed training loss (base 2)"))
+_fig5_rows, _fig5 = [], {"6-layer encoder": [], "48-layer encoder": []}
+for _dec in (1, 2, 3, 6, 9, 12):
+    if _dec == 6:
+        _n = _base6
+    else:
+        _n = _single(f"gpkd-wmt14-ende-fig5-6-{_dec}", GPKD, "wmt14-en-de-gpkd", "rpr_base_6_6", GPKD_BASE, GPKD_EVAL,
+                     f"GPKD Fig. 5: Base-RPR 6-{_dec}", model_flags=RPR_DROP + ("--decoder-layers", str(_dec)),
+                     notes=("Fig. 5: BLEU and speed against decoder depth on a shallow encoder; the depth grid is ours",))
+    _fig5["6-layer encoder"].append(FIG.Point(_dec, _n))
+    _fig5_rows.append(Row(f"6-{_dec}", _n, {"bleu": "fig."}))
+for _dec, _n in ((1, _d481), (3, _d483), (6, _p48)):
+    _fig5["48-layer encoder"].append(FIG.Point(_dec, _n))
+    _fig5_rows.append(Row(f"48-{_dec}", _n, {"bleu": "fig."}))
+TABLES.append(Table("gpkd-fig5", GPKD, "Figure 5: BLEU and decoding speed against decoder depth (WMT En-De)",
+                    tuple(_fig5_rows), note="Values only in the figure; the 48-layer points are Table 2's systems."))
+FIG.add(FIG.Figure(
+    "gpkd-fig5", GPKD, "GPKD Fig. 5: BLEU and translation speed against decoder depth (WMT En-De)", "sweep",
+    "decoder layers", (("bleu", "BLEU"), ("tokens_per_s", "tokens/s")),
+    tuple((k, tuple(v)) for k, v in _fig5.items()),
+    chosen="decoder depths 1, 2, 3, 6, 9, 12 on the 6-layer encoder and 1, 3, 6 on the 48-layer one (Table 2's "
+           "systems); speed = fairseq-generate tokens/s with the paper's beam 4 and batch 64"))
+TABLES.append(Table("gpkd-fig2", GPKD, "Figure 2: training / validation PPL over training, shallow vs deep", (
+    Row("shallow: Base-RPR-6L", _base6, {"valid_ppl": "fig."}), Row("deep: Deep-RPR-48L", _p48, {"valid_ppl": "fig."}),
+), note="Curves from the runs' train.log; 'Clearly, the deep model (48-layer encoder) appears to overfit.'"))
+TABLES.append(Table("gpkd-fig4", GPKD, "Figure 4: training loss of the GPKD and SKD students", (
+    Row("GPKD (48L -> 6-6)", _g["48L"][1], {"bleu": "fig."}), Row("SKD (48L -> 6-6)", _g["48L"][0], {"bleu": "fig."}),
+), note="Curves from the students' train.log ('GPKD obtains a much lower training loss than SKD')."))
+TABLES.append(Table("gpkd-fig6", GPKD, "Figure 6: validation PPL before / after the Skipping Sub-Layer", (
+    Row("before: Deep-RPR-48L", _p48, {"valid_ppl": 3.52}),
+    Row("after, stage 1 (early-stopped)", _conv, {"valid_ppl": "fig."}),
+    Row("after, stage 2 (skipping)", _ssl, {"valid_ppl": 3.39}),
+), note="Validation PPL per validation from train.log; the paper's numbers are Table 4's best PPLs."))
+FIG.add(FIG.Figure(
+    "gpkd-fig6", GPKD, "GPKD Fig. 6: validation PPL before (Deep-RPR-48L) and after the Skipping Sub-Layer (WMT En-De)",
+    "curves", "updates", (("valid_ppl", "validation PPL"),),
+    (("before: Deep-RPR-48L", FIG.Run(((_p48, None),))),
+     ("after: Skipping Sub-Layer (stage 1, then stage 2)", FIG.Run(((_conv, None), (_ssl, None))))),
+    chosen="x = updates; the 'after' curve is the early-stopped stage 1 followed by the skipping stage 2 "
+           "(En-De only: the Zh-En data are not freely available)"))
 
 
 # ======================================================================================

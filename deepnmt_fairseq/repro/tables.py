@@ -80,11 +80,26 @@ def measured(key: str, name: Optional[str], results: Dict[str, dict]):
     return res.get(key)
 
 
+# printed beside the headline BLEU (ours only): the other tokenized BLEU, so that a paper's own metric is
+# the headline and the other convention is still visible (Row.paper["bleu"] is compared with the headline)
+BESIDE = [("tok_bleu", "tok. BLEU"), ("tok_bleu_compound_split", "compound-split BLEU")]
+
+
+def _settings_column(t: Table) -> bool:
+    """Deep-decoder tables show the CAD/CRT values of each run, '*' marking our choices."""
+    return t.paper == experiments.DD
+
+
 def render_table(t: Table, results: Dict[str, dict], with_measured: bool = True, command: str = CLI_COMMAND) -> str:
     keys = [(k, title) for k, title in METRICS if any(k in r.paper for r in t.rows)]
+    primaries = {experiments.EXPERIMENTS[r.experiment].eval.primary for r in t.rows if r.experiment}
+    beside = [(k, title) for k, title in BESIDE if with_measured and primaries & {b for b, _ in BESIDE}]
     head = ["row"]
     for _, title in keys:
         head += [f"{title} (paper)"] + ([f"{title} (ours)"] if with_measured else [])
+    head += [f"{title} (ours)" for _, title in beside]
+    if _settings_column(t):
+        head.append("CAD/CRT (* = not in the paper)")
     head += ["command", "note"]
     lines = [f"### {t.title}", ""]
     if t.note:
@@ -96,6 +111,10 @@ def render_table(t: Table, results: Dict[str, dict], with_measured: bool = True,
             cells.append(_fmt(r.paper.get(k), paper=True))
             if with_measured:
                 cells.append(_fmt(measured(k, r.experiment and result_key(r.experiment, r.results), results)))
+        for k, _ in beside:
+            cells.append(_fmt(measured(k, r.experiment and result_key(r.experiment, r.results), results)))
+        if _settings_column(t):
+            cells.append(experiments.dd_settings(r.experiment) if r.experiment else "")
         cmd = command.format(name=r.experiment) + (f" {r.eval_args}" if r.eval_args else "")
         cells.append(f"`{cmd}`" if r.experiment else "(no command)")
         cells.append(r.note)
@@ -250,6 +269,11 @@ def render_docs() -> str:
         out.append(f"## {paper}\n")
         for t in tables:
             out.append(render_table(t, {}, with_measured=False, command=DOC_COMMAND))
+            from .figures import FIGURES
+
+            if t.key in FIGURES:
+                fig = FIGURES[t.key]
+                out.append(f"Plot: `deepnmt-repro plot {fig.key}` ({fig.title}). Our choice: {fig.chosen}\n")
             names = []
             for r in t.rows:
                 if r.experiment and r.experiment not in names:

@@ -1,0 +1,259 @@
+"""The papers' figures as runnable registry entries and one plot command each.
+
+    deepnmt-repro plot KEY [--checkpoint-root DIR] [--out DIR] [--overwrite]   # PNG + CSV
+    deepnmt-repro plot --list                                                   # the figures
+
+A figure is either a set of **curves** read from the runs' training logs (``train.log`` of the
+stages, ``--log-format simple`` or ``json``: training PPL/loss per logging interval and per
+epoch, validation PPL per validation) or a **sweep** whose points are the ``results.json`` of
+registry experiments (BLEU, decoding tokens/s) or a value of their training log.  Every
+experiment behind a figure is an ordinary registry entry (``deepnmt-repro train NAME``), listed
+in the table of the same key (``deepnmt-repro list --table KEY``).
+
+Where a figure's axes or grid are not stated in its paper, :attr:`Figure.chosen` says what we
+chose; docs/reproduction.md prints it under the figure's table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+# ------------------------------------------------------------------------------ data model
+
+
+@dataclass(frozen=True)
+class Run:
+    """Training logs of one curve: (experiment, train stage) pairs read one after the other (a
+    two-stage run is its stage 1 followed by its stage 2); stage None = the experiment's
+    evaluation stage."""
+
+    logs: Tuple[Tuple[str, Optional[str]], ...]
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of a sweep: an experiment's result (``results`` file) at position ``x``."""
+
+    x: float
+    experiment: str
+    results: str = "results.json"
+
+
+@dataclass(frozen=True)
+class Figure:
+    key: str
+    paper: str
+    title: str
+    kind: str  # "curves" | "sweep"
+    x_label: str
+    panels: Tuple[Tuple[str, str], ...]  # (metric, y label): one subplot each
+    lines: Tuple[Tuple[str, Tuple], ...]  # (line label, runs (curves: one Run) / points (sweep))
+    chosen: str = ""  # what the paper does not state and we chose
+
+
+FIGURES: Dict[str, Figure] = {}
+
+
+def add(fig: Figure) -> Figure:
+    if fig.key in FIGURES:
+        raise ValueError(f"duplicate figure {fig.key}")
+    if fig.kind not in ("curves", "sweep"):
+        raise ValueError(f"{fig.key}: unknown kind {fig.kind}")
+    FIGURES[fig.key] = fig
+    return fig
+
+
+def experiments_of(fig: Figure) -> List[str]:
+    names: List[str] = []
+    for _, item in fig.lines:
+        for name in ([e for e, _ in item.logs] if isinstance(item, Run) else [p.experiment for p in item]):
+            if name not in names:
+                names.append(name)
+    return names
+
+
+# ------------------------------------------------------------------------------ training logs
+_NUM = r"([-+0-9.eE,]+|inf|nan)"
+_SIMPLE_EPOCH = re.compile(r"\| (train|valid) \| epoch \d+ \|(.*)$")
+_SIMPLE_INNER = re.compile(r"\| train_inner \| epoch \d+:\s+\d+ / \d+ (.*)$")
+
+
+def _kv_bars(text: str) -> Dict[str, float]:
+    out = {}
+    for part in text.split("|"):
+        m = re.match(rf"\s*([a-z_0-9]+) {_NUM}\s*$", part.strip() + " ") if part.strip() else None
+        if m:
+            try:
+                out[m.group(1)] = float(m.group(2).replace(",", ""))
+            except ValueError:
+                pass
+    return out
+
+
+def _kv_commas(text: str) -> Dict[str, float]:
+    out = {}
+    for m in re.finditer(rf"([a-z_0-9]+)={_NUM}", text):
+        try:
+            out[m.group(1)] = float(m.group(2).replace(",", "").rstrip(","))
+        except ValueError:
+            pass
+    return out
+
+
+def parse_curves(text: str) -> Dict[str, List[Tuple[float, float]]]:
+    """(num_updates, value) series from a fairseq-train log: ``train_ppl``/``train_loss`` (every
+    logging interval and epoch), ``valid_ppl``/``valid_loss`` (every validation).  Reads the simple
+    format (``| train | epoch 001 | loss 9.9 | ... | num_updates 4``, ``train_inner ... loss=...``) and
+    json lines (``{"epoch": 1, "train_loss": ..., "train_num_updates": ...}``)."""
+    out: Dict[str, Dict[float, float]] = {}
+
+    def put(kind: str, stats: Dict[str, float]):
+        n = stats.get("num_updates")
+        if n is None:
+            return
+        for k in ("ppl", "loss"):
+            if k in stats:
+                out.setdefault(f"{kind}_{k}", {})[n] = stats[k]
+
+    for line in text.splitlines():
+        line = line.rstrip()
+        if line.lstrip().startswith("{"):
+            try:
+                obj = json.loads(line[line.index("{"):])
+            except ValueError:
+                continue
+            for kind in ("train", "valid", "train_inner"):
+                stats = {k[len(kind) + 1:]: v for k, v in obj.items() if k.startswith(kind + "_")}
+                stats = {k: float(v) for k, v in stats.items() if isinstance(v, (int, float, str))
+                         and re.fullmatch(_NUM, str(v))}
+                put("valid" if kind == "valid" else "train", stats)
+            continue
+        m = _SIMPLE_EPOCH.search(line)
+        if m:
+            put(m.group(1), _kv_bars(m.group(2)))
+            continue
+        m = _SIMPLE_INNER.search(line)
+        if m:
+            put("train", _kv_commas(m.group(1)))
+    return {k: sorted(v.items()) for k, v in out.items()}
+
+
+def last_value(text: str, metric: str) -> Optional[float]:
+    series = parse_curves(text).get(metric) or []
+    return series[-1][1] if series else None
+
+
+# ------------------------------------------------------------------------------ collecting
+def _stage_log(root: Path, experiment: str, stage: Optional[str]) -> Path:
+    from .registry import EXPERIMENTS
+
+    exp = EXPERIMENTS[experiment]
+    st = exp.stage(stage) if stage else exp.eval_stage
+    base = root / experiment
+    return (base / st.name if exp.multi_stage else base) / "train.log"
+
+
+def collect(fig: Figure, root: Path) -> Dict[str, Dict[str, List[Tuple[float, float]]]]:
+    """{panel metric: {line label: [(x, y), ...]}} from whatever runs exist under ``root``."""
+    data: Dict[str, Dict[str, List[Tuple[float, float]]]] = {m: {} for m, _ in fig.panels}
+    for label, item in fig.lines:
+        if fig.kind == "curves":
+            merged: Dict[str, Dict[float, float]] = {}
+            for experiment, stage in item.logs:
+                path = _stage_log(root, experiment, stage)
+                if not path.exists():
+                    continue
+                for metric, series in parse_curves(path.read_text(encoding="utf-8", errors="replace")).items():
+                    merged.setdefault(metric, {}).update(dict(series))
+            for metric, _ in fig.panels:
+                if merged.get(metric):
+                    data[metric][label] = sorted(merged[metric].items())
+            continue
+        for p in item:
+            res_path = root / p.experiment / p.results
+            res = {}
+            if res_path.exists():
+                try:
+                    res = json.loads(res_path.read_text(encoding="utf-8"))
+                except ValueError:
+                    res = {}
+            for metric, _ in fig.panels:
+                if metric.startswith("last_"):  # a value of the training log (e.g. last_train_ppl)
+                    path = _stage_log(root, p.experiment, None)
+                    val = last_value(path.read_text(encoding="utf-8", errors="replace"), metric[5:]) \
+                        if path.exists() else None
+                else:
+                    val = res.get(metric)
+                if isinstance(val, (int, float)):
+                    data[metric].setdefault(label, []).append((p.x, float(val)))
+    return data
+
+
+def plot(fig: Figure, root: Path, out: Path, overwrite: bool = False) -> List[Path]:
+    """Write ``<out>/<key>.png`` and ``<out>/<key>.csv`` (metric, line, x, y); returns the paths."""
+    from ..analysis import plotting as P
+
+    png, csv = out / f"{fig.key}.png", out / f"{fig.key}.csv"
+    if not overwrite:
+        for path in (png, csv):
+            if path.exists():
+                raise FileExistsError(f"{path} exists; pass --overwrite")
+    data = collect(fig, root)
+    if not any(data[m] for m in data):
+        missing = ", ".join(experiments_of(fig)[:6])
+        raise FileNotFoundError(f"{fig.key}: nothing to plot under {root} yet (train/evaluate: {missing} ...)")
+    P.ensure_dir(str(out))
+    rows = [(m, label, x, y) for m, lines in data.items() for label, pts in lines.items() for x, y in pts]
+    P.write_csv(str(csv), ["metric", "line", "x", "y"], rows)
+    plt = P.pyplot()
+    fig_, axes = plt.subplots(1, len(fig.panels), figsize=(5.5 * len(fig.panels), 4), squeeze=False)
+    for ax, (metric, ylabel) in zip(axes[0], fig.panels):
+        for label, pts in data[metric].items():
+            xs, ys = zip(*sorted(pts))
+            ax.plot(xs, ys, marker="o" if fig.kind == "sweep" else None, label=label)
+        ax.set_xlabel(fig.x_label)
+        ax.set_ylabel(ylabel)
+        if data[metric]:
+            ax.legend(fontsize=8)
+    fig_.suptitle(fig.title, fontsize=10)
+    P.save(fig_, str(png))
+    return [png, csv]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="deepnmt-repro plot", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("key", nargs="?", help="figure key (--list)")
+    p.add_argument("--list", action="store_true", help="the figures, their experiments and our choices")
+    p.add_argument("--checkpoint-root", default=os.environ.get("DEEPNMT_CHECKPOINTS"),
+                   help="where the experiments' directories are (default $DEEPNMT_CHECKPOINTS, else ./work/checkpoints)")
+    p.add_argument("--out", default="figures", help="output directory (default ./figures)")
+    p.add_argument("--overwrite", action="store_true")
+    a = p.parse_args(argv)
+    from . import registry  # noqa: F401  (fills FIGURES)
+    from .commands import default_work_dir
+
+    if a.list or not a.key:
+        for fig in FIGURES.values():
+            print(f"{fig.key}: {fig.title} ({fig.kind}; {len(experiments_of(fig))} experiment(s))")
+            if fig.chosen:
+                print(f"    our choice: {fig.chosen}")
+        return 0 if a.list else 2
+    if a.key not in FIGURES:
+        print(f"error: unknown figure {a.key!r} (deepnmt-repro plot --list)", file=sys.stderr)
+        return 1
+    root = Path(a.checkpoint_root) if a.checkpoint_root else default_work_dir() / "checkpoints"
+    try:
+        paths = plot(FIGURES[a.key], root, Path(a.out), a.overwrite)
+    except (FileExistsError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print("wrote " + ", ".join(map(str, paths)), file=sys.stderr)
+    return 0
