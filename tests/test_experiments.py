@@ -138,7 +138,7 @@ def test_every_experiment_parses_with_fairseqs_parser():
             assert args.arch in ARCH_MODEL_REGISTRY and args.arch == _flag(argv, "--arch")
             assert args.criterion in CRITERION_REGISTRY
             assert args.user_dir.endswith("deepnmt_fairseq")
-            assert args.max_update > 0 and args.lr[0] > 0
+            assert (args.max_update > 0 or args.max_epoch > 0) and args.lr[0] > 0  # a budget: updates or epochs
             assert args.source_lang, args.target_lang == DATASETS[exp.dataset]
             opts = DeepTransformerOptions.from_args(args)
             if opts.deep_memory == "msc":

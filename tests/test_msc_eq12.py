@@ -103,3 +103,13 @@ def test_incremental_decoding_equals_full_forward(extra):
     with torch.no_grad():
         full, _ = model(src, lens, tgt)
         assert (incremental_decode(model, src, lens, tgt) - full).abs().max() <= 1e-5
+
+
+def test_distributed_resume_of_a_count_fitting_checkpoint_names_the_flag(monkeypatch):
+    """Parameters added after the DDP wrapper would not be synchronised: refuse, naming the flag."""
+    old = build_model("deepnmt_transformer", MSC + FIT)
+    new = build_model("deepnmt_transformer", MSC)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda *a, **k: 2)
+    with pytest.raises(ValueError, match="resume it with --msc-count-fitting-norms"):
+        new.load_state_dict(old.state_dict())

@@ -16,7 +16,7 @@ from ..console import quiet_known_warnings
 
 # joint vocabulary sizes used for each paper's counts (see docs/parameter-counts.md)
 DEFAULT_VOCAB = {
-    "MSC (Wei et al. 2020)": {"iwslt": 10150, "wmt": 37000},
+    "MSC (Wei et al. 2020)": {"iwslt": 10150, "wmt": 37000, "cnndm": 32000},  # cnndm: joint BPE 32k (ours)
     "Transparent (Bapna et al. 2018)": {"wmt": 32000},
     "Deep decoder (CAD/CRT)": {"wmt": 37000},
     "GPKD (Li et al. 2021)": {"wmt": 34000},
@@ -28,7 +28,7 @@ def default_vocab(arch: str) -> int:
 
     paper = PAPER_ROWS.get(arch, (None,))[0]
     table = DEFAULT_VOCAB.get(paper, {})
-    key = "iwslt" if "iwslt" in arch else "wmt"
+    key = "iwslt" if "iwslt" in arch else ("cnndm" if "cnndm" in arch else "wmt")
     return table.get(key, 32000)
 
 
