@@ -151,3 +151,15 @@ def test_prepare_train_generate_with_trigram_blocking_rouge(tmp_path):
     for h in hyps:  # trigram blocking: no trigram twice in a summary (BPE merges cover every word here)
         tri = _trigrams(h)
         assert len(tri) == len(set(tri)), h
+
+
+def test_a_story_missing_from_the_archives_stops_with_a_clear_error(tmp_path):
+    arch = make_cnndm_archives(tmp_path / "archives", sizes=(("train", 4), ("valid", 2), ("test", 2)))
+    with open(arch / "all_test.txt", "a") as f:
+        f.write("http://www.cnn.example/not/in/any/archive.html\n")
+    res = run_cli("python", str(REPO / "scripts" / "prepare_data.py"), "cnndm", "--from-dir", arch,
+                  "--data-root", tmp_path / "data", "--workers", "1", "--ignore-checksums", check=False)
+    assert res.returncode == 2
+    missing = cnndm.url_hash("http://www.cnn.example/not/in/any/archive.html")
+    assert f"1 stories of the URL lists are in none of the archives (e.g. {missing}.story)" in res.stderr
+    assert not (tmp_path / "data" / "cnndm" / ".done").exists()
