@@ -166,10 +166,13 @@ deepnmt-repro table                                            # paper vs ours, 
   is a clear error naming the experiment to run.
 * **Stages**: `train.sh` runs every stage in order and skips finished ones (`.done` markers; a re-run
   resumes an interrupted fairseq-train from `checkpoint_last.pt`). GPKD: teacher (`fairseq-train` with group
-  permutation) → SKD data (`deepnmt-skd`, beam 4, length penalty 0.6, resumable shards) → one layer per group
-  (`deepnmt-extract-student` on the teacher's averaged model) → student (`--finetune-from-model`, on the SKD
-  data). Skipping sub-layer two-stage training continues the converged teacher with `--continue-once`
-  (weights, optimizer, schedule and update count; a restart resumes from the stage's own checkpoint).
+  permutation) → SKD data (`deepnmt-skd` on the teacher's averaged model, beam 4, length penalty 0.6,
+  resumable shards) → one layer per group (`deepnmt-extract-student` on the teacher's averaged model, with the
+  group size the teacher was GP-trained with) → student (`--finetune-from-model`, on the SKD data).
+  Skipping sub-layer two-stage training: stage 1 early-stopped (`--patience`), stage 2 with the method on
+  continues stage 1's averaged weights *and* its optimizer state, schedule and update count
+  (`deepnmt-average-checkpoints --keep-training-state`, then `--continue-once`; a restart resumes from the
+  stage's own checkpoint). See "GPKD and deep-decoder procedure" below.
 * **Tokens per update** are the paper's on any number of GPUs W: `--update-freq = ceil(T / (max_tokens·W))`
   with `max_tokens` 4096 per GPU (lowered when W·4096 alone exceeds T, e.g. 1024 on 64 GPUs for 65,536).
   W comes from `--gpus`, `CUDA_VISIBLE_DEVICES`/`nvidia-smi`, or the launcher's world size.
@@ -227,8 +230,43 @@ deep-decoder; Bapna: ×3.0) with fairseq's `inverse_sqrt`; Adam ε 1e-9, no clip
 (Vaswani); 4096 tokens per GPU and pass; Bapna et al.'s batch (8 × 4096 tokens) and 100K updates; the
 deep-decoder paper's checkpoint averaging (Vaswani: last 5 / 20); GPKD's optimizer (Adam (0.9, 0.997),
 lr 0.002, 16K warm-up: Wang et al. 2019a / the authors' scripts), student training lengths (the Base
-schedule) and the reading that one GP-trained teacher stands for the Deep-RPR rows; the collapse-reducing
-weights α_DDR 1, α_ALD 0.5, p_ALD 0.3, τ 0.1 and CAD drop depth round(21/27·L), ratio 0.5.
+schedule); the collapse-reducing weights α_DDR 1, α_ALD 0.5, p_ALD 0.3, τ 0.1 and CAD drop depth
+round(21/27·L), ratio 0.5.
+
+## GPKD and deep-decoder procedure: our choices next to the papers' text
+
+GPKD (Li et al. 2021):
+
+| what | the paper | what we do |
+|---|---|---|
+| extraction group size | "the stacking layers are first divided into M groups and every adjacent h = N/M layers form a group"; "One can compress a 48-layer teacher into a 6-layer network by setting h = 8, or progressively achieve this goal with h = 2 for three times of compression" | a student is extracted with the h its teacher was GP-trained with; `deepnmt-extract-student` refuses another h (the teacher's checkpoint records `gp_group_size` / `gp_decoder_group_size`) unless `--allow-group-size-mismatch`, which is written into the student (`extra_state.gpkd_student.group_size_override`) |
+| Table 6 teachers | one "Skipping Sub-Layer + GP" 48-6 system; students 24-3, 24-1, 6-6, 6-3 | silent on the GP h: one teacher per student's (encoder h, decoder h) = (2, 2), (2, 6), (8, 1), (8, 2); the h = 8 one stands for the 30.59 row |
+| baselines | Table 1 lists Deep-RPR-24L/48L apart from the students; Table 3 "+Skipping Sub-Layer" (30.49) and Table 6 "Skipping Sub-Layer + GP" (30.59) are different systems | plain Deep-RPR-24L/48L/Big-12L without GP are the baseline rows of Tables 1-5 and the start of the skipping runs; GP teachers are rows of their own |
+| +SKD students | "SKD uses the translation results of the teacher network as the gold" | silent on which teacher: the plain deep model of the rows above |
+| progressive compression | "progressively ... with h = 2 for three times" | 48L teacher GP-trained with h = 2; the 24- and 12-layer students are GP-trained with h = 2 on its SKD data before each extraction; the 6-layer student trains without GP; Base schedule per stage |
+| two-stage training, stage 1 | "we train the model as usual but early stop it when the model converges on the validation set" | `--patience 3` (validations, one per epoch) on fairseq's validation loss, within 50K updates |
+| stage 2 | "apply our Skipping Sub-Layer method to the model and continue training until the model converges again"; Table 3: 50K updates | starts from stage 1's averaged model (last 5 epoch checkpoints: the model the paper evaluates) with stage 1's newest Adam state, learning-rate schedule and update count, `--patience 3`, at most 100K updates in all. fairseq's `--finetune-from-model` (and `--reset-optimizer`) restart the update count at 0, so `inverse_sqrt` warms up again to the peak rate; `--reset-lr-scheduler` alone keeps the count (the schedule is a function of it). We continue (`--continue-once` on an average written with `--keep-training-state`); `scripts/gpkd_pipeline.py --restart-schedule` gives the warm-up when asked |
+| SKD data | "the teacher network translates the source inputs" | from the teacher's averaged model (registry and `scripts/gpkd_pipeline.py`), beam 4, length penalty 0.6 |
+| student training | "we begin optimizing the student network" | a new run from the extracted weights (`--finetune-from-model`: its own warm-up), Base/Big schedule |
+| DESDAR greedy claim | "can achieve a 3.2× speedup with no performance sacrifice with the greedy search" | the same trained DESDAR 48-1 (SKD/GPKD) and Deep 48-6 decoded with beam 1 (`evaluate NAME --beam 1`); the speedup is read as relative to Deep 48-6 with beam 4 (table `gpkd-desdar-greedy`) |
+| Fig. 2, 4, 6 | PPL / training loss over training | x = updates; Fig. 4 with the 48-layer teacher's students; Fig. 6's "after" curve = stage 1 then stage 2. The paper has no figure over the skipping rate φ: φ = 0.4 throughout |
+| Fig. 5 | "BLEU scores and translation speed against decoder depth" | decoder depths 1, 2, 3, 6, 9, 12 on the 6-layer encoder; 1, 3, 6 (Table 2's systems) on the 48-layer one |
+| headline metric | "case-sensitive tokenized BLEU ... multi-bleu.perl", compound splitting for En-De | `tok_bleu_compound_split`; sacreBLEU beside it |
+
+Deep decoder (CAD/CRT):
+
+| what | the paper | what we do |
+|---|---|---|
+| CRT weights | Sec. 3.4 defines J_DDR and J_ALD but prints no weights | α_DDR 1.0, α_ALD 0.5 (criterion `collapse_reducing` docstring) |
+| p_ALD, τ | "0 < p_ALD < 0.5"; Fig. 3: "τ = 0.05 is slightly lower than that with τ = 0.1" | p_ALD 0.3, τ 0.1 |
+| CAD drop depth / ratio | Fig. 2: peak "at the 21st layer" of 27; "with a greater drop depth, a smaller p_net ... will achieve better results" | depth round(21/27 · L_dec), ratio 0.5 (`cad_defaults`) |
+| Fig. 1 | "training perplexity ... and BLEU score ... with different decoder depths after 200K training steps" | 6-layer pre-norm encoder, decoder depths 6..27 step 3, without and with CAD + CRT; training PPL = the last logged one |
+| Fig. 2 / 3 / 4 grids | only the peak (21), ratio 1.0 and τ 0.05 / 0.1 are named | depths 3..27 step 3 × ratios 0.25-1.0; p_ALD 0.1-0.4 at τ 0.1 and τ 0.05-0.5 at p_ALD 0.3; encoder / decoder depths 1..24 with the other at 15 |
+| headline metric | "We used multi-bleu.perl and detokenized sacreBLEU" (no compound splitting mentioned) | `tok_bleu` (multi-bleu.perl on the tokenized output); compound-split BLEU and sacreBLEU beside it |
+| marking | — | the deep-decoder tables print each run's CAD/CRT values with `*` on every value the paper does not print |
+
+Plots: `deepnmt-repro plot KEY` (`--list` for the keys) writes `KEY.png` and `KEY.csv` from the runs'
+`train.log` (curves) or `results.json` (sweeps) under the checkpoint root.
 RNMT+ rows (Bapna Tables 3-4): Chen et al.'s (2018) warm-up / hold / exponential-decay schedule with
 n = 8 replicas (fairseq `tri_stage`), Adam (0.9, 0.98) ε 1e-6, dropout 0.3 and 200K updates (the
 authors' lingvo En-De configuration; `deepnmt_fairseq/models/rnmt.py` lists the model's choices).
