@@ -24,7 +24,7 @@ import torch
 from deepnmt_fairseq.cli.average_checkpoints import average, save_atomic
 from deepnmt_fairseq.cli.extract_student import extract
 from deepnmt_fairseq.repro import registry as reg
-from deepnmt_fairseq.repro.spec import ExtractStage, TrainStage
+from deepnmt_fairseq.repro.spec import ExtractStage
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -231,6 +231,21 @@ def test_dry_run_of_every_gpkd_experiment():
                 assert avg and "--keep-training-state" in avg[0].argv, name
             if step.kind == "train" and "--patience" in step.argv:
                 assert step.argv[step.argv.index("--patience") + 1] == str(reg.GPKD_PATIENCE)
+            if step.kind == "extract":  # the extraction h is the GP h on the teacher's own command line
+                teacher_train = [s for s in commands.Planner(
+                    reg.EXPERIMENTS, reg.EXPERIMENTS[exp.stage(step.stage).teacher.experiment or name], opts).plan()
+                    if s.kind == "train" and s.stage == exp.stage(step.stage).teacher.stage][0].argv
+                for side, gp_flag in (("encoder", "--gp-group-size"), ("decoder", "--gp-decoder-group-size")):
+                    h = step.argv[step.argv.index(f"--{side}-group-size") + 1]
+                    if h != "1":
+                        assert teacher_train[teacher_train.index(gp_flag) + 1] == h, (name, step.stage, side)
+    # every deep-decoder sweep plans too (the figures' points are ordinary experiments)
+    from deepnmt_fairseq.repro import figures
+
+    for key in ("dd-fig1", "dd-fig2", "dd-fig3", "dd-fig4"):
+        for name in figures.experiments_of(figures.FIGURES[key]):
+            steps = commands.Planner(reg.EXPERIMENTS, reg.EXPERIMENTS[name], opts).plan()
+            assert [s.kind for s in steps] == ["train"], name
 
 
 # ------------------------------------------------------------------------------ end to end (tiny)
