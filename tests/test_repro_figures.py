@@ -109,3 +109,23 @@ def test_deep_decoder_tables_mark_our_choices_and_headline_metric():
         == {"tok_bleu"}
     # GPKD states compound splitting for En-De
     assert {e.eval.primary for e in reg.EXPERIMENTS.values() if e.paper == reg.GPKD} == {"tok_bleu_compound_split"}
+
+
+def test_desdar_greedy_rows_read_the_beam_1_evaluation_of_the_same_runs(tmp_path):
+    from deepnmt_fairseq.repro import tables
+
+    ck = tmp_path / "ck"
+    files = {("gpkd-wmt14-ende-48L", "results.json"): (30.0, 1000.0),
+             ("gpkd-wmt14-ende-desdar-48-1-gpkd", "results.json"): (29.9, 2000.0),
+             ("gpkd-wmt14-ende-desdar-48-1-gpkd", "results-beam1-lenpen0.6.json"): (29.8, 3200.0)}
+    for (name, fname), (bleu, tps) in files.items():
+        (ck / name).mkdir(parents=True, exist_ok=True)
+        (ck / name / fname).write_text(json.dumps({"bleu": bleu, "tokens_per_s": tps}))
+    text = tables.render(ck, "gpkd-desdar-greedy")
+    rows = {ln.split("|")[1].strip(): [c.strip() for c in ln.strip("|").split("|")] for ln in text.splitlines()
+            if ln.startswith("| DESDAR") or ln.startswith("| Deep")}
+    beam1 = rows["DESDAR 48-1 (GPKD), beam 1"]
+    assert beam1[2] == "29.80" and beam1[4] == "3.20"  # BLEU ours; speedup vs Deep 48-6 beam 4 (ours)
+    assert "evaluate gpkd-wmt14-ende-desdar-48-1-gpkd --beam 1`" in beam1[-2]  # the command cell
+    assert rows["DESDAR 48-1 (GPKD), beam 4"][2] == "29.90"
+    assert rows["DESDAR 48-1 (SKD), beam 1"][2] == "—"  # not evaluated yet
