@@ -84,6 +84,18 @@ def variants(scale: float):
              str(e72 // d6), "--checkpoint-activations"],
             ["--deep-memory", "msc", "--decoder-layers", d6, "--encoder-layers", e72, "--msc-block-layers",
              str(e72 // d6)], "memory", "ckpt-memory"),
+        # RNMT+ (Chen et al. 2018) against fairseq's `lstm` of the same shape (bidirectional encoder, 6-6:
+        # fairseq's lstm needs as many decoder as encoder layers); ours runs a Python loop over time steps
+        # with the per-gate LayerNorm cell, fairseq's encoder is the fused nn.LSTM (cuDNN on a GPU)
+        "RNMT+ 6-6 (per-gate LayerNorm) vs fairseq lstm": (["--encoder-layers", e6, "--decoder-layers", e6],
+                                                            e6, "rnmt", "report"),
+        "RNMT+ 6-6 without LayerNorm vs fairseq lstm": (["--encoder-layers", e6, "--decoder-layers", e6,
+                                                         "--no-lstm-layer-norm"], e6, "rnmt", "report"),
+        "RNMT+ 6-6 per-gate LayerNorm on vs off": (["--encoder-layers", e6, "--decoder-layers", e6],
+                                                   ["--encoder-layers", e6, "--decoder-layers", e6,
+                                                    "--no-lstm-layer-norm"], "rnmt-ln", "report"),
+        "RNMT+ 6-6 decoding vs fairseq lstm": (["--encoder-layers", e6, "--decoder-layers", e6], e6,
+                                               "rnmt-decode", "report"),
     }
 
 
@@ -100,6 +112,40 @@ def build(arch, flags, p, device):
     torch.manual_seed(0)
     model = build_model(arch, p["vocab"], [str(x) for x in width_flags(p) + list(flags)])
     return model.to(device)
+
+
+def rnmt(flags, p, device):
+    """``rnmt_plus`` at the preset's width: H = d per direction, decoder d, dropout 0.1."""
+    from deepnmt_fairseq.cli.param_counts import build_model
+
+    d = p["d"]
+    torch.manual_seed(0)
+    return build_model("rnmt_plus", p["vocab"], [str(x) for x in [
+        "--encoder-embed-dim", d, "--encoder-hidden-size", d, "--decoder-embed-dim", d, "--decoder-hidden-size", d,
+        "--dropout", "0.1", "--attention-dropout", "0.0", *flags]]).to(device)
+
+
+def fairseq_lstm(layers, p, device):
+    """fairseq's own ``lstm`` of the same shape: bidirectional encoder (H = d per direction), decoder d."""
+    from types import SimpleNamespace
+
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+    from deepnmt_fairseq.cli.param_counts import make_dictionary
+
+    d = p["d"]
+    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
+    ARCH_MODEL_REGISTRY["lstm"].add_args(parser)
+    args = parser.parse_args([str(x) for x in [
+        "--encoder-embed-dim", d, "--encoder-hidden-size", d, "--encoder-layers", layers, "--encoder-bidirectional",
+        "--decoder-embed-dim", d, "--decoder-hidden-size", d, "--decoder-out-embed-dim", d,
+        "--decoder-layers", layers, "--dropout", "0.1"]])
+    args.criterion = "cross_entropy"  # read by LSTMModel.build_model (adaptive softmax only with adaptive_loss)
+    ARCH_CONFIG_REGISTRY["lstm"](args)
+    dictionary = make_dictionary(p["vocab"])
+    torch.manual_seed(0)
+    return ARCH_MODEL_REGISTRY["lstm"].build_model(
+        args, SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)).to(device)
 
 
 def stock(depths, p, device):
@@ -309,6 +355,33 @@ def machine():
     return info
 
 
+def rnmt_row(name, kind, ours_flags, ref, p, device, a) -> dict:
+    """RNMT+ rows: training (and decoding) against fairseq's ``lstm``, or LayerNorm on vs off;
+    measured and reported, no target (the issue asks for the cost, not a bound)."""
+    ours = rnmt(ours_flags, p, device)
+    ref_model = rnmt(ref, p, device) if kind == "rnmt-ln" else fairseq_lstm(ref, p, device)
+    row = {"variant": name, "kind": "decode" if kind == "rnmt-decode" else "train", "target": "- (measured)",
+           "met": None, "ours_params": sum(x.numel() for x in ours.parameters()),
+           "stock_params": sum(x.numel() for x in ref_model.parameters()),
+           "reference": "rnmt_plus --no-lstm-layer-norm" if kind == "rnmt-ln" else "fairseq lstm"}
+    if kind == "rnmt-decode":
+        batched, enc = time_decoding([ours, ref_model], p, device, 1, a.repeat)
+        n_tok = p["dec_bsz"] * p["dec_len"]
+        row.update(ours_tok_per_s=batched[0], stock_tok_per_s=batched[1], speed_ratio=batched[0] / batched[1],
+                   ours_encoder_s=enc[0], stock_encoder_s=enc[1], encoder_time_ratio=enc[0] / enc[1],
+                   ours_encoder_share=enc[0] * batched[0] / n_tok, stock_encoder_share=enc[1] * batched[1] / n_tok)
+    else:
+        t_ours, t_ref = time_training([ours, ref_model], p, device, a.warmup, a.repeat)
+        ntok = p["bsz"] * p["tgt"]
+        row.update(ours_s_per_update=t_ours, stock_s_per_update=t_ref, time_ratio=t_ours / t_ref,
+                   ours_tok_per_s=ntok / t_ours, stock_tok_per_s=ntok / t_ref)
+        row["memory_ours"] = activation_memory(ours, p, device)[1]
+        row["memory_stock"] = activation_memory(ref_model, p, device)[1]
+        row["memory_ratio"] = row["memory_ours"] / row["memory_stock"]
+    print(f"[bench]   {json.dumps({k: v for k, v in row.items() if 'ratio' in k})}", file=sys.stderr, flush=True)
+    return row
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
@@ -327,6 +400,9 @@ def main(argv=None):
         if a.only and not any(s.lower() in name.lower() for s in a.only):
             continue
         print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+        if kind.startswith("rnmt"):
+            rows.append(rnmt_row(name, kind, ours_flags, ref, p, device, a))
+            continue
         ours = build("deepnmt_transformer", ours_flags, p, device)
         ref_model = build("deepnmt_transformer", ref, p, device) if kind == "memory" else stock(ref, p, device)
         row = {"variant": name, "kind": kind, "ours_params": sum(x.numel() for x in ours.parameters()),
@@ -388,6 +464,20 @@ def main(argv=None):
     md = [f"Preset `{a.preset}` on {device} ({json.dumps(report['machine'])}), {report['date']}", "",
           "| variant | measure | ours | stock | ratio | FLOP ratio | target | met |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        if r.get("reference"):  # RNMT+ rows: measured, no target
+            what = f"{r['variant']} (reference: {r['reference']})"
+            if r["kind"] == "train":
+                md.append(f"| {what} | train s/update | {r['ours_s_per_update']:.3f} | {r['stock_s_per_update']:.3f} "
+                          f"| {r['time_ratio']:.2f} | - | {r['target']} | - |")
+                md.append(f"| {what} | activation MB saved for backward | {r['memory_ours'] / 2**20:.1f} | "
+                          f"{r['memory_stock'] / 2**20:.1f} | {r['memory_ratio']:.2f} | - | - | - |")
+            else:
+                md.append(f"| {what} | beam-5 tok/s batched | {r['ours_tok_per_s']:.0f} | {r['stock_tok_per_s']:.0f} "
+                          f"| {r['speed_ratio']:.2f} | - | {r['target']} | - |")
+                md.append(f"| {what} | batched: encoder s (share of decoding time) | {r['ours_encoder_s']:.3f} "
+                          f"({r['ours_encoder_share']:.0%}) | {r['stock_encoder_s']:.3f} "
+                          f"({r['stock_encoder_share']:.0%}) | {r['encoder_time_ratio']:.2f} | - | - | - |")
+            continue
         if r["kind"] == "train":
             md.append(f"| {r['variant']} | train s/update | {r['ours_s_per_update']:.3f} | "
                       f"{r['stock_s_per_update']:.3f} | {r['time_ratio']:.3f} | {r['flop_ratio']:.3f} | "

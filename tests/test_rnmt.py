@@ -240,29 +240,52 @@ def test_named_architectures_have_the_papers_parameter_counts():
 TRAIN_FLAGS = [*TINY_RNMT, "--deep-memory", "transparent", "--encoder-layers", "3", "--decoder-layers", "3"]
 
 
-@pytest.mark.slow
-def test_end_to_end_train_generate_interactive_validate(data_bin, tmp_path):
-    save = tmp_path / "ckpt"
-    train = run_cli(
+N_UPDATES, SPLIT = 5, 2  # 3 batches per epoch (max-tokens 400): the split is mid-epoch, the rest crosses epochs
+
+
+def _train_rnmt(data_bin, save, max_update):
+    return run_cli(
         "fairseq-train", data_bin, "--user-dir", USER_DIR, "--task", "deep_translation", "--arch", "rnmt_plus",
         *TRAIN_FLAGS, "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-        "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "400", "--max-update", "3",
+        "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "400", "--max-update", max_update,
         "--save-dir", save, "--no-progress-bar", "--log-format", "json", "--log-interval", "1",
         "--seed", "1", "--cpu", "--num-workers", "0", "--no-epoch-checkpoints",
         "--log-diagnostics-every", "1", "--log-grad-ratio", "--log-mixing-weights",
     )
-    log = train.stdout + train.stderr
-    lines = [json.loads(m) for m in re.findall(r"train_inner\W+(\{.*\})", log)]
-    assert len(lines) == 3
-    for line in lines:  # r_t (Bapna Sec. 2.3) and s_i (Eq. 1) of the RNMT+ encoder
+
+
+def _train_lines(res):
+    return {int(d["num_updates"]): d for d in
+            (json.loads(m) for m in re.findall(r"train_inner\W+(\{.*\})", res.stdout + res.stderr))}
+
+
+@pytest.mark.slow
+def test_end_to_end_train_resume_generate_interactive_validate(data_bin, tmp_path):
+    save = tmp_path / "ckpt"
+    lines = _train_lines(_train_rnmt(data_bin, save, N_UPDATES))
+    assert sorted(lines) == list(range(1, N_UPDATES + 1))
+    for line in lines.values():  # r_t (Bapna Sec. 2.3) and s_i (Eq. 1) of the RNMT+ encoder
         assert float(line["grad_ratio"]) > 0 and float(line["grad_norm_h1"]) > 0
         mix = [float(line[f"mix_{i}_1"]) for i in range(4)]
         assert abs(sum(mix) - 1) < 1e-3
-    ckpt = save / "checkpoint_last.pt"
-    assert ckpt.exists()
-    # weights-only loading (torch >= 2.6 default): the plugin's allow-list covers the checkpoint
+    assert lines[1]["epoch"] == 1 and lines[N_UPDATES]["epoch"] == 2
+
+    # resume is exact: stop mid-epoch, restart, same losses and bitwise the same weights
+    split = tmp_path / "split"
+    first = _train_lines(_train_rnmt(data_bin, split, SPLIT))
+    second = _train_lines(_train_rnmt(data_bin, split, N_UPDATES))
+    assert sorted(first) == list(range(1, SPLIT + 1)) and sorted(second) == list(range(SPLIT + 1, N_UPDATES + 1))
+    keys = ("loss", "nll_loss", "gnorm", "lr", "grad_ratio", "mix_0_1")
+    assert {u: [d[k] for k in keys] for u, d in {**first, **second}.items()} == \
+        {u: [d[k] for k in keys] for u, d in lines.items()}
     from deepnmt_fairseq.checkpoint_safety import load_checkpoint
 
+    a = load_checkpoint(str(save / "checkpoint_last.pt"))["model"]
+    b = load_checkpoint(str(split / "checkpoint_last.pt"))["model"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    ckpt = save / "checkpoint_last.pt"
+    # weights-only loading (torch >= 2.6 default): the plugin's allow-list covers the checkpoint
     state = load_checkpoint(str(ckpt))
     assert "encoder.memory.layer_mix.weight" in state["model"]
 
