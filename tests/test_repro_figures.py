@@ -107,6 +107,9 @@ def test_deep_decoder_tables_mark_our_choices_and_headline_metric():
     # the deep-decoder paper states multi-bleu.perl (no compound splitting): that is its headline
     assert {e.eval.primary for e in reg.EXPERIMENTS.values() if e.paper == reg.DD and e.dataset == "wmt14-en-de-dd"} \
         == {"tok_bleu"}
+    # MSC: "tokenized case-sensitive BLEU" with multi-bleu.perl for WMT14 En-De, no compound splitting mentioned
+    assert {e.eval.primary for e in reg.EXPERIMENTS.values() if e.paper == reg.MSC and e.dataset == "wmt14-en-de"} \
+        == {"tok_bleu"}
     # GPKD states compound splitting for En-De
     assert {e.eval.primary for e in reg.EXPERIMENTS.values() if e.paper == reg.GPKD} == {"tok_bleu_compound_split"}
 

@@ -265,6 +265,11 @@ Deep decoder (CAD/CRT):
 | headline metric | "We used multi-bleu.perl and detokenized sacreBLEU" (no compound splitting mentioned) | `tok_bleu` (multi-bleu.perl on the tokenized output); compound-split BLEU and sacreBLEU beside it |
 | marking | — | the deep-decoder tables print each run's CAD/CRT values with `*` on every value the paper does not print |
 
+Headline metric of the other papers, by the same rule (the metric the paper states; others beside it): MSC
+WMT14 En→De "tokenized case-sensitive BLEU ... multi-bleu.perl" (no compound splitting mentioned) → `tok_bleu`;
+IWSLT "tokenized case-insensitive BLEU" → `tok_bleu_lc`; Bapna et al. "BLEU on tokenized, true-case output" →
+`tok_bleu`.
+
 Plots: `deepnmt-repro plot KEY` (`--list` for the keys) writes `KEY.png` and `KEY.csv` from the runs'
 `train.log` (curves) or `results.json` (sweeps) under the checkpoint root.
 RNMT+ rows (Bapna Tables 3-4): Chen et al.'s (2018) warm-up / hold / exponential-decay schedule with
