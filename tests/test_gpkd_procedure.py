@@ -287,6 +287,10 @@ def test_pipeline_plain_gp_two_stage_skd_extract_student(data_bin, tmp_path):
     log2 = (work / "teacher-stage2" / "train.log").read_text()
     assert re.search(rf"[Ll]oaded checkpoint {re.escape(str(resume))} \(epoch \d+ @ {n1} updates\)", log2), log2[-2000:]
     assert s2["optimizer_history"][-1]["num_updates"] == 8 > n1  # the update count (and schedule) went on
+    # inverse_sqrt after the warm-up (--tiny: peak 0.002 at 4 updates) at update 8: 0.002 * sqrt(4 / 8), not a
+    # second warm-up (a restarted run would be at its peak 0.002 after 4 updates)
+    lrs = [float(m) for m in re.findall(r"\| train \| epoch \d+ \|.*\| num_updates 8 \| lr ([0-9.e-]+)", log2)]
+    assert lrs and abs(lrs[-1] - 0.002 * (4 / 8) ** 0.5) < 1e-6, lrs
     # SKD from the averaged final teacher; extraction with the teacher's h
     assert (work / "skd-bin" / ".done").exists()
     init = load_checkpoint(str(work / "student-init.pt"))
