@@ -190,6 +190,19 @@ def main(argv=None):
             rows.append({"setting": label, "model": name, "engine": engine, "tok_s": round(r, 1)})
         print(label, {f"{k[0]} / {k[1]}": round(v) for k, v in rates.items()}, flush=True)
 
+    # encoder share: the same batched sources with one greedy step (encoder + 1 decoder step)
+    runners = {}
+    for name, m in models.items():
+        runners[(name, "fairseq")] = Fairseq(m, 1, 0, a.batch_size)
+        runners[(name, "ct2 int8")] = CT2(dirs[name], words, "int8", 1, 0, True)
+        runners[(name, "ct2 float32")] = CT2(dirs[name], words, "float32", 1, 0, True)
+    one_step = {k: len(batched) / v for k, v in measure(runners, batched, a.warmup, a.repeat).items()}
+    print("encoder + 1 step, seconds", {f"{k[0]} / {k[1]}": round(v, 3) for k, v in one_step.items()}, flush=True)
+    tokens = len(batched) * (a.length + 1)
+
+    def encoder_share(model, engine, setting="beam 5, batched"):
+        return one_step[(model, engine)] / (tokens / rate(setting, model, engine))
+
     def rate(setting, model, engine):
         return next(r["tok_s"] for r in rows if r["setting"] == setting and r["model"] == model
                     and r["engine"] == engine)
@@ -212,7 +225,8 @@ def main(argv=None):
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "deploy-speed-cpu.json").write_text(json.dumps({"machine": info, "rows": rows, "checks": [
-        {"what": w, "ratio": round(x, 2), "target": t, "met": None if t is None else x >= t} for w, x, t in checks]},
+        {"what": w, "ratio": round(x, 2), "target": t, "met": None if t is None else x >= t} for w, x, t in checks],
+        "encoder_plus_one_step_s": {f"{k[0]} / {k[1]}": round(v, 4) for k, v in one_step.items()}},
         indent=1) + "\n")
     lines = ["# Deployment speed, CPU (benchmarks/deploy_speed.py)", "",
              f"Machine: {info['cpu']}, Python {info['python']}, torch {info['torch']}, CTranslate2 "
@@ -230,6 +244,14 @@ def main(argv=None):
         for name in MODELS:
             f, i8, f32 = (rate(label, name, e) for e in ("fairseq", "ct2 int8", "ct2 float32"))
             lines.append(f"| {label} | {name} | {f:.0f} | {i8:.0f} | {f32:.0f} | {i8 / f:.2f} |")
+    lines += ["", "Share of the batched decoding time spent in the encoder (+ one decoder step), measured with a "
+              "1-step greedy run over the same sources:", "",
+              "| model | engine | encoder s | share of beam 5 | share of beam 4 | share of greedy |", "|---|---|---|---|---|---|"]
+    for name in MODELS:
+        for e in ("fairseq", "ct2 int8", "ct2 float32"):
+            lines.append(f"| {name} | {e} | {one_step[(name, e)]:.3f} | {encoder_share(name, e):.0%} | "
+                         f"{encoder_share(name, e, 'beam 4, batched'):.0%} | "
+                         f"{encoder_share(name, e, 'greedy, batched'):.0%} |")
     lines += ["", "| target | measured | target | met |", "|---|---|---|---|"]
     for w, x, t in checks:
         lines.append(f"| {w} | {x:.2f}x | {'>= %.1fx' % t if t else 'report'} | "

@@ -201,6 +201,21 @@ def evaluate(work: Path, bin_dir: Path, model: Path, a) -> dict:
     return res
 
 
+def deployment_note(model: Path, bin_dir: Path) -> str:
+    """Whether the quickstart's model exports to CTranslate2 (README "Deployment")."""
+    try:
+        from deepnmt_fairseq.deploy.export import load_model, refusals
+
+        m, cfg, _ = load_model(str(model), str(bin_dir))
+        why = refusals(m, cfg.model)
+    except Exception as e:  # noqa: BLE001 - a note, never a failure of the quickstart
+        return f"CTranslate2 export: not checked ({type(e).__name__}: {e})"
+    if why:
+        return (f"CTranslate2 export: not exportable ({why[0].split(':')[0]}: its decoder reads encoder blocks "
+                f"and context states); deploy a pre-norm or RPR-only GPKD student, README 'Deployment'")
+    return f"CTranslate2 export: deepnmt-export-ct2 {model} OUT_DIR --quantization int8"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work-dir", default=str(REPO / "work" / "quickstart"))
@@ -240,6 +255,7 @@ def main(argv=None) -> int:
     print(f"copy-the-source baseline (sacreBLEU): {res['copy_source_sacrebleu']}")
     print(f"translations: {res['translations']}")
     print(f"model:        {res['model']}")
+    print(deployment_note(Path(res["model"]), bin_dir))
     print(f"results:      {work / 'eval' / 'results.json'}  ({time.time() - t0:.0f} s this run)")
     return 0
 
