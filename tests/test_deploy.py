@@ -305,3 +305,34 @@ def test_translate_reads_stdin(checkpoints, tmp_path, monkeypatch, capsys):
     assert main(["--model", out, "--beam", "1"]) == 0
     lines = capsys.readouterr().out.split("\n")
     assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2], lines
+
+
+def test_discover_tokenization_recorded_by_data_preparation(tmp_path):
+    """prepare_data.py's layout (CONFIG.json + bpe/code or bpe/spm.model, recipe flags) and the
+    quickstart's (tok/bpe.codes next to data-bin) are found from the binarized data directory."""
+    import json
+
+    from deepnmt_fairseq.deploy.text import discover
+
+    ds = tmp_path / "iwslt14-de-en"
+    (ds / "bin").mkdir(parents=True)
+    (ds / "bpe").mkdir()
+    (ds / "bpe" / "code").write_text("#version: 0.2\n")
+    (ds / "CONFIG.json").write_text(json.dumps({"name": "iwslt14-de-en", "segmenter": "subword-nmt"}))
+    tok, path = discover(str(ds / "bin"), "de", "en")
+    assert path == ds / "bpe" / "code" and tok.segmenter == "subword-nmt"
+    assert tok.lowercase is True and tok.aggressive_dash is False  # the IWSLT recipe lowercases
+    (ds / "bpe" / "spm.model").write_text("x")
+    (ds / "CONFIG.json").write_text(json.dumps({"name": "wmt14-en-de", "segmenter": "sentencepiece-unigram"}))
+    tok, path = discover(str(ds / "bin"), "en", "de")
+    assert path.name == "spm.model" and tok.segmenter == "sentencepiece"
+    assert tok.lowercase is False and tok.aggressive_dash is True  # the WMT recipes split dashes
+
+    qs = tmp_path / "quickstart"
+    (qs / "data-bin").mkdir(parents=True)
+    (qs / "tok").mkdir()
+    (qs / "tok" / "bpe.codes").write_text("#version: 0.2\n")
+    tok, path = discover(str(qs / "data-bin"), "de", "en")
+    assert path == qs / "tok" / "bpe.codes" and tok.segmenter == "subword-nmt" and tok.moses
+    tok, path = discover(str(tmp_path / "nothing"), "de", "en")
+    assert path is None and tok.segmenter == "none"

@@ -77,7 +77,8 @@ def discover(data_dir: Optional[str], source_lang: str, target_lang: str):
 
             recipe = RECIPES.get(cfg["name"])
             if recipe is not None:
-                tok.lowercase, tok.aggressive_dash = bool(recipe.lowercase), bool(recipe.aggressive_dash)
+                tok.lowercase = bool(getattr(recipe, "lowercase", False))
+                tok.aggressive_dash = bool(getattr(recipe, "aggressive_dash", False))
                 tok.found_in.append(f"recipe {cfg['name']} (deepnmt_fairseq/repro/corpora.py)")
         seg = str(cfg.get("segmenter", ""))
         model = data.parent / "bpe" / ("spm.model" if seg.startswith("sentencepiece") else "code")
