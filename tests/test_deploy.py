@@ -161,8 +161,9 @@ def _fairseq_token_logprobs(model, src, lens, tgt):
 
 @needs_ct2
 @pytest.mark.parametrize("flags", [[], ["--post-norm"], RPR_ONLY, [*RPR_ONLY, "--rpr-values"],
-                                   ["--ssl-rate", "0.4", "--ssl-decoder"], ["--no-scale-embedding"]],
-                         ids=["prenorm", "postnorm", "rpr", "rpr_values", "ssl", "unscaled"])
+                                   ["--ssl-rate", "0.4", "--ssl-decoder"], ["--no-scale-embedding"],
+                                   ["--encoder-learned-pos", "--decoder-learned-pos"]],
+                         ids=["prenorm", "postnorm", "rpr", "rpr_values", "ssl", "unscaled", "learned_pos"])
 def test_token_scores_equal(flags, tmp_path):
     """Teacher-forced log-probabilities: CTranslate2's score_batch == fairseq's forward (1e-4),
     on a left-padded batch with random (non-trivial) norms, biases and relative embeddings."""
