@@ -217,23 +217,29 @@ def test_clear_errors_name_the_flag():
 
 
 def test_named_architectures_have_the_papers_parameter_counts():
-    from deepnmt_fairseq.cli.param_counts import count_parameters
-    from deepnmt_fairseq.models.rnmt import BAPNA_RNMT_PARAMS, RNMT_ARCHS, RNMT_ROWS
+    """Bapna et al. Tables 3-4 at the paper's 32k vocabulary, built on the meta device (shapes only)."""
+    from deepnmt_fairseq.cli.param_counts import build_model as build_arch, count_parameters
+    from deepnmt_fairseq.models.architectures import ARCHS, PAPER_ROWS
+    from deepnmt_fairseq.models.rnmt import BAPNA_RNMT_PARAMS, RNMT_ARCHS
 
     assert len(RNMT_ARCHS) == 13
-    # building the 512/6 and 1024/6 models at the paper's 32k vocabulary takes a few seconds
-    for width, layers in ((512, 6), (1024, 6)):
-        arch = RNMT_ARCHS[("baseline", width, layers)]
-        n = count_parameters(build_model(arch, vocab=32000)) / 1e6
-        assert abs(n - BAPNA_RNMT_PARAMS[(width, layers)]) < 1.0, (arch, n)
-        assert RNMT_ROWS[arch][1] == BAPNA_RNMT_PARAMS[(width, layers)]
-    # deeper encoders: 6.3M per bidirectional 512 layer (Table 3: 128 -> 165 -> 191 -> 216)
-    small = build_model(RNMT_ARCHS[("transparent", 512, 6)], vocab=100)
-    deep = build_model(RNMT_ARCHS[("transparent", 512, 20)], vocab=100)
-    per_layer = (count_parameters(deep) - count_parameters(small)) / 14 / 1e6
-    assert abs(per_layer - (216 - 128) / 14) < 0.1, per_layer
-    nores = build_model(RNMT_ARCHS[("nores", 512, 12)], vocab=100)
-    assert not any(layer.residual for layer in nores.encoder.layers)
+    counts = {}
+    for (variant, width, layers), arch in RNMT_ARCHS.items():
+        with torch.device("meta"):
+            model = build_arch(arch, 32000)
+        counts[arch] = count_parameters(model)
+        paper = BAPNA_RNMT_PARAMS[(width, layers)]
+        assert abs(counts[arch] / 1e6 - paper) / paper < 0.005, (arch, counts[arch])
+        assert PAPER_ROWS[arch][2] == paper and ARCHS[("rnmt_plus", variant, width, layers)] == arch
+        assert not any(layer.residual for layer in model.encoder.layers) if variant == "nores" else \
+            model.encoder.layers[2].residual
+    # the transparent mix adds N + 1 weights only ([e; e] enters the mix without a projection)
+    for n in (6, 12, 16, 20):
+        assert counts[RNMT_ARCHS[("transparent", 512, n)]] - counts[RNMT_ARCHS[("baseline", 512, n)]] == n + 1
+        assert counts[RNMT_ARCHS[("nores", 512, n)]] == counts[RNMT_ARCHS[("baseline", 512, n)]]
+    # 6.3M per bidirectional 512 layer (Table 3: 128 -> 165 -> 191 -> 216)
+    per_layer = (counts[RNMT_ARCHS[("baseline", 512, 20)]] - counts[RNMT_ARCHS[("baseline", 512, 6)]]) / 14
+    assert per_layer == 2 * (4 * 512 * (1024 + 512) + 8 * 512)
 
 
 # ---------------------------------------------------------------- checkpoints + CLIs
