@@ -211,12 +211,18 @@ def main(argv=None):
     for model in ("student 6-6", "DESDAR 48-1"):
         for setting in ("beam 5, batched", "beam 5, one at a time"):
             x = rate(setting, model, "ct2 int8") / rate(setting, model, "fairseq")
-            checks.append((f"CTranslate2 int8 vs fairseq, {model}, {setting}", x, 3.0))
+            why = ""
+            if setting.endswith("batched"):
+                why = (f"encoder (+1 step) share of the batched time: fairseq {encoder_share(model, 'fairseq'):.0%}, "
+                       f"CT2 int8 {encoder_share(model, 'ct2 int8'):.0%}; CT2's encoder gain "
+                       f"{one_step[(model, 'fairseq')] / one_step[(model, 'ct2 int8')]:.1f}x")
+            checks.append((f"CTranslate2 int8 vs fairseq, {model}, {setting}", x, 3.0, why))
     for engine in ("fairseq", "ct2 int8", "ct2 float32"):
-        x = rate("beam 4, batched", "DESDAR 48-1", engine) / rate("beam 4, batched", "deep 48-6", engine)
-        checks.append((f"48-1 vs 48-6, {engine}, beam 4, batched", x, 2.0))
-        x = rate("greedy, batched", "DESDAR 48-1", engine) / rate("greedy, batched", "deep 48-6", engine)
-        checks.append((f"48-1 vs 48-6, {engine}, greedy, batched", x, None))
+        for setting, target in (("beam 4, batched", 2.0), ("greedy, batched", None)):
+            x = rate(setting, "DESDAR 48-1", engine) / rate(setting, "deep 48-6", engine)
+            why = (f"the 48-layer encoder (+1 step), identical in both, is {encoder_share('DESDAR 48-1', engine, setting):.0%} "
+                   f"of the 48-1 time; removing 5 of 6 decoder layers only shrinks the rest")
+            checks.append((f"48-1 vs 48-6, {engine}, {setting}", x, target, why))
     info = {"python": platform.python_version(), "torch": torch.__version__, "ctranslate2": ctranslate2.__version__,
             "cpu": platform.processor() or platform.machine(), "fairseq_threads": threads,
             "cpus": os.cpu_count(), "load_average_at_end": os.getloadavg(),
@@ -225,7 +231,8 @@ def main(argv=None):
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "deploy-speed-cpu.json").write_text(json.dumps({"machine": info, "rows": rows, "checks": [
-        {"what": w, "ratio": round(x, 2), "target": t, "met": None if t is None else x >= t} for w, x, t in checks],
+        {"what": w, "ratio": round(x, 2), "target": t, "met": None if t is None else x >= t, "measured_reason": why}
+        for w, x, t, why in checks],
         "encoder_plus_one_step_s": {f"{k[0]} / {k[1]}": round(v, 4) for k, v in one_step.items()}},
         indent=1) + "\n")
     lines = ["# Deployment speed, CPU (benchmarks/deploy_speed.py)", "",
@@ -252,10 +259,12 @@ def main(argv=None):
             lines.append(f"| {name} | {e} | {one_step[(name, e)]:.3f} | {encoder_share(name, e):.0%} | "
                          f"{encoder_share(name, e, 'beam 4, batched'):.0%} | "
                          f"{encoder_share(name, e, 'greedy, batched'):.0%} |")
-    lines += ["", "| target | measured | target | met |", "|---|---|---|---|"]
-    for w, x, t in checks:
-        lines.append(f"| {w} | {x:.2f}x | {'>= %.1fx' % t if t else 'report'} | "
-                     f"{'-' if t is None else ('yes' if x >= t else 'NO')} |")
+    lines += ["", "| target | measured | target | met | measured reason (where not met; context for reports) |",
+              "|---|---|---|---|---|"]
+    for w, x, t, why in checks:
+        met = t is None or x >= t
+        lines.append(f"| {w} | {x:.2f}x | {'>= %.1fx' % t if t else 'report (paper: 3.2x greedy, GPU)'} | "
+                     f"{'-' if t is None else ('yes' if met else 'NO')} | {why if (not met or t is None) else ''} |")
     (out / "deploy-speed-cpu.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
