@@ -16,7 +16,7 @@ Engines, each at its best setting on a 2-vCPU machine (docs: README "Deployment"
 * fairseq: ``SequenceGenerator`` (what fairseq-generate runs, without process start-up),
   2 torch threads, batches of ``--batch-size`` sentences / one sentence at a time;
 * CTranslate2 int8 and float32: batched with ``inter_threads=2 x intra_threads=1``
-  (two batches in parallel), ``max_batch_size=16``; one sentence at a time with
+  (two batches in parallel), ``max_batch_size`` = half the sentences, at most 16; one sentence at a time with
   ``intra_threads=1``.
 
 Target tokens per second count ``</s>`` as fairseq does (L + 1 per sentence).  Engines and
@@ -103,7 +103,8 @@ class CT2:
         opts = dict(beam_size=self.beam, max_decoding_length=self.length + 1, min_decoding_length=self.length + 1,
                     max_input_length=0)
         if self.batched:
-            res = self.tr.translate_batch(toks, max_batch_size=16, **opts)
+            # two batches in flight (inter_threads 2): at most 16 sentences each, at least two batches
+            res = self.tr.translate_batch(toks, max_batch_size=min(16, max(1, (len(toks) + 1) // 2)), **opts)
         else:
             res = [r for t in toks for r in self.tr.translate_batch([t], **opts)]
         return sum(len(r.hypotheses[0]) for r in res)
@@ -239,7 +240,7 @@ def main(argv=None):
              f"Machine: {info['cpu']}, Python {info['python']}, torch {info['torch']}, CTranslate2 "
              f"{info['ctranslate2']}; {info['cpus']} vCPUs, load average at the end {info['load_average_at_end'][0]:.1f} "
              f"(the machine was shared). fairseq with {info['fairseq_threads']} torch thread(s) (the faster of 1 and "
-             f"2, probed); CTranslate2 intra_threads 1, inter_threads 2 batched. No GPU in this session: the CUDA "
+             f"2, probed); CTranslate2 intra_threads 1, inter_threads 2 batched (two batches in flight). No GPU in this session: the CUDA "
              f"table is not measured.", "",
              f"Models: RPR-only pre-norm Transformers (k = {SHAPE['rpr']}), width {SHAPE['d']}, FFN {SHAPE['f']}, "
              f"{SHAPE['h']} heads, {SHAPE['vocab']} shared vocabulary, untrained. Sources: {a.sentences} random "
