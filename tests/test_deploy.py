@@ -290,6 +290,13 @@ def test_translate_cli_line_handling(checkpoints, tmp_path):
     assert all(got[i] for i in (0, 2, 3, 5)), got
     assert "line 4" in res.stderr and "truncated" in res.stderr, res.stderr
     assert "line 1:" not in res.stderr
+    # BPE codes given at export are copied into the model directory and applied by the translator
+    codes = tmp_path / "codes"
+    codes.write_text("#version: 0.2\nt h\nth e</w>\n", encoding="utf-8")
+    bpe_out, bpe_meta = _export(checkpoints("prenorm"), tmp_path / "bpe-model", bpe_codes=str(codes))
+    assert bpe_meta["tokenization"]["segmenter"] == "subword-nmt"
+    assert (Path(bpe_out) / bpe_meta["tokenization"]["model_file"]).read_text() == codes.read_text()
+    assert DeployedModel(bpe_out).encode("the dog") == ["the", "d@@", "o@@", "g"]
     # the same lines in-process, in chunks smaller than the input: same output
     deployed = DeployedModel(out)
     assert list(deployed.translate_lines(lines, chunk=4, beam=2, batch_size=2)) == got
