@@ -151,6 +151,10 @@ def extract(state: dict, enc_group: int = 1, dec_group: int = 1, how: str = "ran
     new_args = copy.deepcopy(args)
     n_enc, n_dec = int(args.encoder_layers), int(args.decoder_layers)
     enc_keep = dec_keep = None
+    if (enc_group > 1 or enc_select is not None) and getattr(args, "deep_memory", "top") == "dlcl":
+        raise ValueError("a DLCL encoder (--deep-memory dlcl) cannot be compressed: every layer reads a learned "
+                         "combination of all layers below it, which has no one-layer-per-group counterpart "
+                         "(GPKD students are plain RPR Transformers, Li et al. 2021)")
     if enc_group > 1 or enc_select is not None:
         enc_keep = select_layers(n_enc, enc_group if enc_group > 1 else n_enc // len(enc_select), how, seed,
                                  enc_select, "encoder")
@@ -204,10 +208,6 @@ def extract(state: dict, enc_group: int = 1, dec_group: int = 1, how: str = "ran
     if override:
         extra["gpkd_student"]["group_size_override"] = override
     student["extra_state"] = extra
-    if (enc_group > 1 or enc_select is not None) and getattr(args, "deep_memory", "top") == "dlcl":
-        raise ValueError("a DLCL encoder (--deep-memory dlcl) cannot be compressed: every layer reads a learned "
-                         "combination of all layers below it, which has no one-layer-per-group counterpart "
-                         "(GPKD students are plain RPR Transformers, Li et al. 2021)")
     return student
 
 
