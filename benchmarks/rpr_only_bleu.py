@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from deploy_helpers import bleu, fairseq_generate, train_tiny  # noqa: E402
-from fairseq_helpers import make_parallel_text, preprocess  # noqa: E402
+from fairseq_helpers import make_parallel_text, preprocess, tiny_model_flags  # noqa: E402
 
 ARCH = ["--encoder-layers", "4", "--decoder-layers", "2", "--rpr-max-relative-position", "4", "--dropout", "0.1"]
 
@@ -31,6 +31,7 @@ ARCH = ["--encoder-layers", "4", "--decoder-layers", "2", "--rpr-max-relative-po
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--updates", type=int, default=400)
+    ap.add_argument("--dim", type=int, default=16, help="model width (FFN 2x, 2 heads at 16, 4 above)")
     ap.add_argument("--out", default="benchmarks/results")
     a = ap.parse_args(argv)
     from deepnmt_fairseq.deploy.export import export, load_model
@@ -41,7 +42,8 @@ def main(argv=None):
     rows = {}
     for name, flags in (("absolute + relative (GPKD's RPR)", ARCH),
                         ("relative only (--no-token-positional-embeddings)", [*ARCH, "--no-token-positional-embeddings"])):
-        ckpt = train_tiny(data, root / f"{len(rows)}.pt", flags, updates=a.updates)
+        width = [*map(str, tiny_model_flags(a.dim, 2 * a.dim, 2 if a.dim <= 16 else 4)), "--share-all-embeddings"]
+        ckpt = train_tiny(data, root / f"{len(rows)}.pt", flags, updates=a.updates, width=width)
         model, cfg, task = load_model(str(ckpt))
         srcs, hyps, refs = fairseq_generate(model, task, beam=5, max_len_b=200)
         ids = sorted(hyps)
@@ -55,15 +57,17 @@ def main(argv=None):
         print(name, row, flush=True)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "rpr-only-bleu.json").write_text(json.dumps({"updates": a.updates, "arch": ARCH, "rows": rows}, indent=1) + "\n")
+    tag = "" if a.dim == 16 else f"-d{a.dim}"
+    (out / f"rpr-only-bleu{tag}.json").write_text(
+        json.dumps({"updates": a.updates, "dim": a.dim, "arch": ARCH, "rows": rows}, indent=1) + "\n")
     lines = ["# RPR-only vs absolute + relative positions (benchmarks/rpr_only_bleu.py)", "",
-             f"Tiny synthetic corpus (400 training pairs, 100 test), 4-2 pre-norm, width 16, k = 4, {a.updates} "
+             f"Tiny synthetic corpus (400 training pairs, 100 test), 4-2 pre-norm, width {a.dim}, k = 4, {a.updates} "
              f"Adam updates, same seed; BLEU on subword tokens, beam 5. A CPU-budget check, not a WMT number.", "",
              "| positions | fairseq BLEU | CTranslate2 float32 | CTranslate2 int8 |", "|---|---|---|---|"]
     for name, r in rows.items():
         lines.append(f"| {name} | {r['fairseq']} | {r.get('ct2 float32', 'not exportable')} | "
                      f"{r.get('ct2 int8', 'not exportable')} |")
-    (out / "rpr-only-bleu.md").write_text("\n".join(lines) + "\n")
+    (out / f"rpr-only-bleu{tag}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 
