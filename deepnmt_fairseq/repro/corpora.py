@@ -30,6 +30,14 @@ SACREBLEU_MD5 = "MD5 from sacrebleu 2.6.0's dataset registry (same URL)"
 TORCHTEXT_MD5 = "MD5 from torchtext's CNNDM dataset (same archive)"
 
 
+def fingerprint(recipe) -> str:
+    """Hash of every field of a recipe that changes the output (not the URLs or descriptions)."""
+    keep = asdict(recipe)
+    for k in ("title", "papers", "paper_sizes", "expected", "notes"):
+        keep.pop(k)
+    return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class Archive:
     """One downloadable archive.
@@ -94,11 +102,7 @@ class Recipe:
     notes: str = ""
 
     def fingerprint(self) -> str:
-        """Hash of every field that changes the output (not the URLs or descriptions)."""
-        keep = asdict(self)
-        for k in ("title", "papers", "paper_sizes", "expected", "notes"):
-            keep.pop(k)
-        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+        return fingerprint(self)
 
     def parts(self):
         return (*self.train, *self.valid, *self.test)
@@ -328,10 +332,7 @@ class SummarizationRecipe:
     valid_every: int = 0
 
     def fingerprint(self) -> str:
-        keep = asdict(self)
-        for k in ("title", "papers", "paper_sizes", "expected", "notes"):
-            keep.pop(k)
-        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+        return fingerprint(self)
 
     def parts(self):
         return ()
