@@ -20,9 +20,24 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
 
-from deploy_helpers import bleu, fairseq_generate, train_tiny  # noqa: E402
+
+def _load_deploy_helpers():
+    """The tests' tiny-model helpers (tests/deploy_helpers.py and the fairseq_helpers it
+    imports), loaded by file path: the benchmark trains the same tiny models the tests do."""
+    import importlib.util
+
+    module = None
+    for name in ("fairseq_helpers", "deploy_helpers"):
+        spec = importlib.util.spec_from_file_location(name, REPO / "tests" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+_helpers = _load_deploy_helpers()
+bleu, fairseq_generate, train_tiny = _helpers.bleu, _helpers.fairseq_generate, _helpers.train_tiny
 from fairseq_helpers import make_parallel_text, preprocess, tiny_model_flags  # noqa: E402
 
 ARCH = ["--encoder-layers", "4", "--decoder-layers", "2", "--rpr-max-relative-position", "4", "--dropout", "0.1"]

@@ -10,7 +10,7 @@ Two kinds:
 
 * ``"safety"``: weights-only checkpoint loading (torch's allow-list of the classes fairseq
   checkpoints contain, and fairseq's checkpoint readers wrapped to give clear errors and to
-  ignore ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``).  Always applied, on every fairseq version;
+  ignore torch's weights-only opt-out variable, ``checkpoint_safety._NO_WO_ENV``).  Always applied, on every fairseq version;
   without it fairseq 0.12 cannot load its own checkpoints under torch >= 2.6.
 * ``"behaviour"``: changes of what fairseq does (atomic checkpoint copies, the last batch,
   clear errors, c10d DDP on CPU).  Applied only on the fairseq they were written for
@@ -105,12 +105,12 @@ FIXES: Tuple[Fix, ...] = (
         "tests/test_checkpoint_safety.py::test_plain_fairseq_checkpoint_loads_weights_only"),
     Fix("safe_load_checkpoint", "fairseq.checkpoint_utils", "load_checkpoint_to_cpu", "safety",
         "a refused or truncated checkpoint gives torch's message without the file name, and "
-        "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 lets a checkpoint run code",
+        "torch's weights-only opt-out variable (set to 1) lets a checkpoint run code",
         "tests/test_checkpoint_safety.py::test_malicious_checkpoint_is_refused_and_nothing_runs",
         _cs.wrap_loader),
     Fix("safe_load_ema", "fairseq.checkpoint_utils", "load_ema_from_checkpoint", "safety",
         "the same for the EMA reader (--ema-start-update with --restore-file): torch's message, "
-        "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD obeyed",
+        "torch's weights-only opt-out variable obeyed",
         "tests/test_checkpoint_safety.py::test_ema_reader_refuses_code_and_loads_weights",
         _cs.wrap_loader),
     Fix("atomic_checkpoint_copy", "fairseq.checkpoint_utils", "PathManager", "behaviour",
