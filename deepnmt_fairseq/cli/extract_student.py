@@ -41,8 +41,6 @@ import re
 import sys
 from typing import List, Optional
 
-import torch
-
 from ..console import quiet_known_warnings
 from ..memories.base import upgrade_memory_keys
 from ..memories.msc import block_sizes

@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Dict, List, Tuple
+from typing import Dict, Tuple
 
 from .. import generate_output
 from ..console import child_env, quiet_known_warnings

@@ -40,14 +40,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import shutil
 import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
 
 from . import METADATA, require_ctranslate2
-from .text import SEGMENTERS, Tokenization, discover
+from .text import discover
 
 logger = logging.getLogger("deepnmt_fairseq.deploy")
 
@@ -91,8 +90,6 @@ def _opts(model):
 def refusals(model, cfg_model=None) -> List[str]:
     """Why ``model`` cannot be exported (empty list: it can); each entry names the feature."""
     from fairseq.models.transformer import TransformerModel
-
-    from ..models.deep_transformer import DeepTransformerModel
 
     why: List[str] = []
     if not isinstance(model, TransformerModel):

@@ -160,9 +160,10 @@ def cmd_evaluate(argv: List[str], registry) -> int:
                        subset=a.subset, beam=a.beam, lenpen=a.lenpen, batch_size=a.batch_size, cpu=a.cpu,
                        fp16=a.fp16, remove_bpe=a.remove_bpe, tag=a.tag, extra=extra, dry_run=a.dry_run,
                        max_len_b=[int(x) for x in a.max_len_b.split(",")] if a.max_len_b else None)
+    evaluator = Evaluator
     if exp.eval.primary.startswith("rouge"):  # MSC Appendix A summarization: ROUGE, max length tuned on valid
-        from .summarization import SummarizationEvaluator as Evaluator  # noqa: N806
-    Evaluator(exp, registry, opts).run()
+        from .summarization import SummarizationEvaluator as evaluator
+    evaluator(exp, registry, opts).run()
     return 0
 
 
