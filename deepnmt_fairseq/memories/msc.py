@@ -23,6 +23,7 @@ reads the context state is :mod:`~deepnmt_fairseq.models.context_attention`.
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -121,7 +122,7 @@ class MSCMemory(EncoderMemory):
     def __init__(self, blocks: Sequence[int], context_cell: Optional[ContextCell], layers_read_context: bool):
         super().__init__()
         self.blocks = list(blocks)
-        self.block_ends = frozenset((torch.tensor(self.blocks).cumsum(0) - 1).tolist())
+        self.block_ends = frozenset(end - 1 for end in accumulate(self.blocks))  # last position of each block
         self.context_cell = context_cell
         self.layers_read_context = layers_read_context
 
