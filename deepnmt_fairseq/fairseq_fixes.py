@@ -157,6 +157,12 @@ FIXES: Tuple[Fix, ...] = (
         "blocker compares the pad-filled end of the token buffer, not the last generated tokens",
         "tests/test_summarization.py::test_trigram_blocking_works_on_the_cpu",
         _ngram_block_up_to_step),
+    Fix("finish_prefetch_at_exit", "fairseq.data.iterators", "BackgroundConsumer.run", "behaviour",
+        "a run stopped by --max-update mid-epoch can abort after 'done training' (SIGABRT, 'terminate "
+        "called without an active exception'): the daemon prefetch thread is killed inside torch code "
+        "during interpreter finalization",
+        "tests/test_fairseq_fixes.py::test_prefetch_thread_does_not_abort_the_exit",
+        _rel._finish_prefetch_at_exit),
 )
 
 _BY_NAME: Dict[str, Fix] = {fix.name: fix for fix in FIXES}
