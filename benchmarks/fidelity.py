@@ -1,65 +1,139 @@
 #!/usr/bin/env python
-"""Small-scale fidelity study: do the papers' phenomena show on the embedded corpus?
+"""Evidence study: each paper's central effect, measured with models that learn, with seeds.
 
-    python benchmarks/fidelity.py [--work-dir work/fidelity] [--only depth deep-decoder gpkd ssl]
-                                   [--updates 1200] [--jobs 2] [--threads 1] [--report-only]
+    python benchmarks/fidelity.py [--preset cpu|gpu|tiny] [--only depth deep-decoder gpkd ssl]
+                                   [--jobs 2] [--threads 1] [--seeds 1 2] [--report-only]
+                                   [--work-dir work/fidelity/<preset>] [--report docs/fidelity.md]
 
-Every run is a fairseq-train command of this repository on the bundled
-LibreOffice-help corpus (en->de, 4k joint BPE), on the CPU, with the same
-budget (``--updates`` updates of at most 2048 tokens, seed 1) for all systems
-that are compared.  Runs are resumable (a finished run is reused); the report
-(markdown table + PNG plots + the command and seed of every number) is written
-to ``--report`` and ``docs/img/fidelity-*.png``.
+Every number is a ``fairseq-train``/``fairseq-generate`` command of this repository (listed in the
+report).  Runs are resumable: a finished run (``runs/<name>/done.json``) is never recomputed, an
+interrupted one resumes from its ``checkpoint_last.pt``, so the study survives being stopped and
+can be spread over several sessions; ``--report-only`` writes the report from what has finished.
 
-Studies:
-* depth (MSC Fig. 2, Bapna Table 1): post-norm, pre-norm, transparent and MSC
-  encoders of 6 / 12 / 24 layers (3 decoder layers; MSC uses 3 blocks);
-* deep decoder (deep-decoder Sec. 3): an 8-8 model plain, with CAD, and with
-  CAD + collapse-reducing training; BLEU and the gap between the validation loss
-  with the real source and with an all-UNK source (a collapsed decoder ignores
-  the source, so the gap shrinks towards 0);
-* GPKD (Li et al. Table 1): 6-layer student extracted from a 12-layer GP teacher (h = 2)
-  and trained on SKD data, vs SKD alone (random init), vs a 6-layer baseline on
-  the real data, all with the same student budget;
-* skipping sub-layer (Li et al. Table 4): two-stage fine-tuning of the 24-layer
-  pre-norm model with phi = 0.4 vs continued plain training, same budget
-  (a quarter of ``--updates``).
+Presets (:data:`PRESETS`): ``cpu`` = the bundled LibreOffice-help corpus at width 128 (the setting
+with which the quickstart reaches 14 sacreBLEU); ``gpu`` = the evidence corpus of
+``scripts/build_evidence_corpus.py`` (``--corpus``) at IWSLT-small shapes in bf16; ``tiny`` = a few
+updates of width-16 models on 400 sentence pairs (the CI test of the whole pipeline).
+
+Comparisons (each paper's central claim; docs/fidelity.md has the results):
+
+1. **depth** (MSC Fig. 2 / Table 3; Bapna et al. Table 1): post-norm, pre-norm, transparent on
+   post-norm (Bapna's setting) and on pre-norm (MSC's), DLCL and MSC encoders at three depths,
+   3 decoder layers; train loss, valid loss, test BLEU and the BLEU on a sample of the training
+   sentences (the degradation test of Fig. 2: a deeper plain net fits its own training data worse).
+2. **deep decoder** (Sec. 3-4): a search over plain decoder depths (6-layer encoder) for a depth
+   that is worse than the shallow decoder *and* whose predictions depend less on the source
+   (the UNK-source NLL gap); at that depth plain vs CAD vs collapse-reducing training (CRT:
+   DDR + ALD) vs CAD + CRT.
+3. **GPKD** (Tables 1, 6): a GP-trained deep teacher vs the 6-layer baseline; SKD data from the
+   *averaged* teacher; a student initialised with one layer per group (h = teacher layers /
+   student layers, the group size the teacher was trained with) vs the same student trained on
+   the SKD data from scratch vs the baseline on the references.
+4. **skipping sub-layer** (Tables 3-4): a deep pre-norm model trained until its validation loss
+   stops improving (``--patience``); a second stage with skipping (phi 0.4) vs the same second
+   stage without it, both continuing stage 1's optimizer state, schedule and update count
+   (``--continue-once``: no warm-up restart at the peak rate).
+
+Every headline system is trained with each seed of ``--seeds`` (at least 2); the report gives the
+mean and the spread (max - min) and calls a difference only when it exceeds both systems' spreads.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import math
 import os
 import shlex
+import shutil
+import statistics
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
 # --user-dir of every command: the installed package (found without importing fairseq here)
 USER_DIR = list(importlib.util.find_spec("deepnmt_fairseq").submodule_search_locations)[0]
 
-WIDTH = ["--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "256",
-         "--decoder-ffn-embed-dim", "256", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
-         "--share-all-embeddings", "--dropout", "0.1", "--attention-dropout", "0.0"]
-TRAIN = ["--task", "translation", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "0.003",
-         "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100", "--max-tokens", "2048", "--seed", "1",
-         "--cpu", "--num-workers", "0", "--log-format", "json", "--log-interval", "10", "--no-epoch-checkpoints",
-         "--save-interval-updates", "1000000", "--disable-validation"]
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """One scale of the study.  Every setting of every run comes from here."""
+
+    name: str
+    dim: int
+    ffn: int
+    heads: int
+    updates: int  # updates of every first-stage run (students too)
+    max_tokens: int
+    lr: float
+    warmup: int
+    depths: Tuple[int, ...]  # encoder depths of the depth study
+    decoder_layers: int  # decoder of the depth study, the GPKD and the SSL models
+    dd_encoder: int  # encoder of the deep-decoder search
+    dd_depths: Tuple[int, ...]  # decoder depths searched; the first is "shallow"
+    teacher_layers: int  # GPKD teacher encoder (GP-trained); the student has depths[0]
+    ssl_layers: int  # encoder of the skipping-sub-layer model
+    stage1_factor: float  # teacher and SSL stage-1 budget, in units of ``updates``
+    stage2_factor: float  # SSL stage-2 budget
+    save_every: int  # checkpoint interval (the last 3 are averaged)
+    valid_every: int  # SSL stage 1: validation interval for early stopping
+    patience: int
+    train_sample: int  # training sentences translated for the degradation test
+    bpe: int
+    subset: Optional[Tuple[int, int]] = None  # (train, valid/test) pairs kept; None: the whole corpus
+    extra: Tuple[str, ...] = ()  # e.g. --bf16 on the GPU
+    corpus: Optional[str] = None  # None: the bundled corpus
+    families: Optional[Tuple[str, ...]] = None  # depth-study systems (keys of FAMILIES); None: all
+
+
+PRESETS: Dict[str, Preset] = {
+    # the quickstart's setting (14 sacreBLEU in 800 updates), with pre-norm and 3 decoder layers
+    "cpu": Preset("cpu", dim=128, ffn=256, heads=4, updates=800, max_tokens=2048, lr=3e-3, warmup=150,
+                  depths=(6, 12, 24), decoder_layers=3, dd_encoder=6, dd_depths=(3, 6, 12), teacher_layers=12,
+                  ssl_layers=12, stage1_factor=2.0, stage2_factor=0.5, save_every=50, valid_every=100,
+                  patience=3, train_sample=500, bpe=4000),
+    # IWSLT-small shapes (d 256, FFN 1024) on the evidence corpus; schedules scaled to ~50k pairs
+    "gpu": Preset("gpu", dim=256, ffn=1024, heads=4, updates=8000, max_tokens=8192, lr=1e-3, warmup=1000,
+                  depths=(6, 12, 24), decoder_layers=3, dd_encoder=6, dd_depths=(3, 6, 12, 18), teacher_layers=24,
+                  ssl_layers=24, stage1_factor=2.0, stage2_factor=0.5, save_every=500, valid_every=500,
+                  patience=5, train_sample=1000, bpe=10000, extra=("--bf16",),
+                  corpus="work/evidence-corpus/en-de"),
+    # the CI test of the pipeline: nothing learns, every stage runs
+    "tiny": Preset("tiny", dim=16, ffn=32, heads=2, updates=4, max_tokens=512, lr=1e-3, warmup=2,
+                   depths=(2,), decoder_layers=1, dd_encoder=2, dd_depths=(1, 2), teacher_layers=4,
+                   ssl_layers=4, stage1_factor=1.0, stage2_factor=1.0, save_every=1, valid_every=2, patience=2,
+                   train_sample=10, bpe=200, subset=(400, 20), families=("prenorm", "msc")),
+}
+
+FAMILIES = {  # depth-study systems: flags on top of --encoder-layers N --decoder-layers D
+    "postnorm": ["--post-norm"],
+    "prenorm": [],
+    "transparent-post": ["--post-norm", "--deep-memory", "transparent"],  # Bapna et al.'s setting
+    "transparent-pre": ["--deep-memory", "transparent"],  # MSC's re-implementation (pre-norm)
+    "dlcl": ["--deep-memory", "dlcl"],  # Wang et al. 2019a (pre-norm)
+    "msc": ["--deep-memory", "msc"],  # Wei et al. 2020: N/3-layer blocks, one per decoder layer
+}
 LS = ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
+CRT = ["--criterion", "collapse_reducing", "--label-smoothing", "0.1", "--ddr-alpha", "1.0", "--ald-alpha", "0.5"]
 
 
 def log(msg):
     print(f"[fidelity {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def exe(name):
+    cand = Path(sys.executable).with_name(name)
+    return str(cand) if cand.exists() else name
+
+
 def load_quickstart():
-    """scripts/quickstart.py of this checkout (its prepare() builds the embedded corpus)."""
+    """scripts/quickstart.py of this checkout (its prepare() builds the binarized corpus)."""
     if "deepnmt_quickstart" not in sys.modules:
         spec = importlib.util.spec_from_file_location("deepnmt_quickstart", REPO / "scripts" / "quickstart.py")
         mod = importlib.util.module_from_spec(spec)
@@ -68,370 +142,401 @@ def load_quickstart():
     return sys.modules["deepnmt_quickstart"]
 
 
-def exe(name):
-    cand = Path(sys.executable).with_name(name)
-    return str(cand) if cand.exists() else name
+# ------------------------------------------------------------------------------------- runs
+@dataclasses.dataclass
+class Run:
+    """One fairseq-train run and its evaluation."""
+
+    name: str  # <system>-s<seed>
+    system: str
+    seed: int
+    model: List[str]
+    crit: List[str] = dataclasses.field(default_factory=lambda: list(LS))
+    data: Optional[Path] = None  # None: the study's data-bin
+    updates: Optional[int] = None  # None: preset.updates
+    init: Optional[Tuple[str, Path]] = None  # ("finetune" | "continue", checkpoint)
+    early_stop: bool = False  # validate every valid_every updates, --patience
+    unk_gap: bool = False
 
 
-DEPTHS = (6, 12, 24)
-
-
-def depth_runs():
-    runs = {}
-    for n in DEPTHS:
-        runs[f"postnorm-{n}"] = ["--arch", "deepnmt_transformer", "--post-norm", "--encoder-layers", str(n),
-                                 "--decoder-layers", "3"]
-        runs[f"prenorm-{n}"] = ["--arch", "deepnmt_transformer", "--encoder-layers", str(n), "--decoder-layers", "3"]
-        runs[f"transparent-{n}"] = ["--arch", "deepnmt_transformer", "--post-norm", "--deep-memory", "transparent",
-                                    "--encoder-layers", str(n), "--decoder-layers", "3"]
-        runs[f"msc-{n}"] = ["--arch", "deepnmt_transformer", "--deep-memory", "msc", "--msc-block-layers",
-                            str(n // 3), "--decoder-layers", "3"]
-    return runs
-
-
-# balanced deep model, 8-8 (the CPU budget; CAD drop depth 6 = 21/27 of the decoder, Fig. 2)
-DEEP_DECODER = {
-    "dd-plain-8-8": (["--arch", "deepnmt_transformer", "--encoder-layers", "8", "--decoder-layers", "8"], LS),
-    "dd-cad-8-8": (["--arch", "deepnmt_transformer", "--encoder-layers", "8", "--decoder-layers", "8",
-                    "--cad-drop-depth", "6", "--cad-drop-ratio", "0.5"], LS),
-    "dd-cad-crt-8-8": (["--arch", "deepnmt_transformer", "--encoder-layers", "8", "--decoder-layers", "8",
-                        "--cad-drop-depth", "6", "--cad-drop-ratio", "0.5"],
-                         ["--criterion", "collapse_reducing", "--label-smoothing", "0.1", "--ddr-alpha", "1.0",
-                          "--ald-alpha", "0.5"]),
-}
+def model_flags(p: Preset, enc: int, dec: int, *flags: str) -> List[str]:
+    """Architecture flags: the plugin's transformer at the preset's width."""
+    depth = ["--encoder-layers", str(enc)]
+    if "msc" in flags:
+        depth = ["--msc-block-layers", str(enc // dec)]  # N blocks = decoder layers, M = enc/N
+    return ["--arch", "deepnmt_transformer", *depth, "--decoder-layers", str(dec), *flags,
+            "--encoder-embed-dim", str(p.dim), "--decoder-embed-dim", str(p.dim),
+            "--encoder-ffn-embed-dim", str(p.ffn), "--decoder-ffn-embed-dim", str(p.ffn),
+            "--encoder-attention-heads", str(p.heads), "--decoder-attention-heads", str(p.heads),
+            "--share-all-embeddings", "--dropout", "0.1", "--attention-dropout", "0.0"]
 
 
 class Study:
-    def __init__(self, work: Path, data: Path, updates: int, threads: int = 1):
-        self.work, self.data, self.updates = work, data, updates
+    def __init__(self, preset: Preset, work: Path, data: Path, raw: Path, threads: int = 1,
+                 short_first: bool = False):
+        self.p, self.work, self.data, self.raw = preset, work, data, raw
+        self.short_first = short_first
         # runs go in parallel (--jobs), each with this many threads: small models use cores
         # better as separate processes than as intra-op threads
-        self.env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        self.env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+                        PYTHONUNBUFFERED="1")
+        from deepnmt_fairseq.console import child_env
 
-    def train(self, name, model, crit=LS, data=None, updates=None, extra=()):
-        save = self.work / "runs" / name
-        done = save / "done.json"
-        if done.exists():
-            return json.loads(done.read_text())
+        self.env = child_env(self.env)
+
+    def dir(self, name: str) -> Path:
+        return self.work / "runs" / name
+
+    def result(self, name: str) -> Optional[dict]:
+        done = self.dir(name) / "done.json"
+        return json.loads(done.read_text()) if done.exists() else None
+
+    # ---------------------------------------------------------------- training
+    def train_command(self, r: Run) -> List[str]:
+        p = self.p
+        save = self.dir(r.name)
+        updates = r.updates or p.updates
+        cmd = [exe("fairseq-train"), str(r.data or self.data), "--user-dir", USER_DIR, *r.model, *r.crit,
+               "--task", "translation", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
+               "--lr", str(p.lr), "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(p.warmup),
+               "--max-tokens", str(p.max_tokens), "--max-update", str(updates), "--seed", str(r.seed),
+               "--save-dir", str(save), "--save-interval-updates", str(p.save_every), "--keep-interval-updates", "3",
+               "--no-epoch-checkpoints", "--log-format", "json", "--log-interval", str(max(1, p.save_every // 5)),
+               "--num-workers", "0", "--skip-invalid-size-inputs-valid-test", *p.extra]
+        if "--bf16" not in p.extra and "--fp16" not in p.extra:
+            cmd.append("--cpu")
+        if r.early_stop:
+            cmd += ["--validate-interval-updates", str(p.valid_every), "--patience", str(p.patience),
+                    "--best-checkpoint-metric", "loss"]
+        else:
+            cmd += ["--disable-validation"]
+        if r.init is not None:
+            how, ckpt = r.init
+            cmd += ["--finetune-from-model" if how == "finetune" else "--continue-once", str(ckpt)]
+        return cmd
+
+    def train(self, r: Run) -> dict:
+        """Train (or resume) the run, average its last 3 checkpoints, evaluate; once."""
+        out = self.result(r.name)
+        if out is not None:
+            return out
+        save = self.dir(r.name)
         save.mkdir(parents=True, exist_ok=True)
-        cmd = [exe("fairseq-train"), str(data or self.data), "--user-dir", USER_DIR, *model,
-               *WIDTH, *TRAIN, *crit, "--max-update", str(updates or self.updates), "--save-dir", str(save), *extra]
-        log(f"train {name}")
+        cmd = self.train_command(r)
         t0 = time.time()
-        with open(save / "train.log", "w") as f:
-            res = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=self.env)
-        losses = []
-        for line in (save / "train.log").read_text().splitlines():
-            # fairseq --log-format json: "... | train_inner | {...}" and the epoch summary "... | train | {...}"
-            if ("| train_inner |" in line or "| train |" in line) and "{" in line:
+        if not (save / ".trained").exists():
+            log(f"train {r.name}")
+            with open(save / "train.log", "a") as f:
+                res = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=self.env)
+            if res.returncode != 0:
+                out = {"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd),
+                       "returncode": res.returncode, "diverged": True, "losses": self.losses(save)}
+                tail = (save / "train.log").read_text(errors="replace").splitlines()[-5:]
+                log(f"  {r.name} FAILED (exit {res.returncode}): " + " / ".join(tail))
+                return out  # not written as done: a re-run retries it
+            (save / ".trained").write_text(f"{time.time() - t0:.1f}\n")
+        losses = self.losses(save)
+        out = {"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd), "returncode": 0,
+               "train_seconds": float((save / ".trained").read_text()), "losses": losses,
+               # mean of the last five logged intervals
+               "final_train_loss": round(statistics.fmean(v for _, v in losses[-5:]), 3) if losses else math.nan,
+               "diverged": not losses or not math.isfinite(losses[-1][1])}
+        if not out["diverged"]:
+            avg = save / "checkpoint_avg.pt"  # the last 3 checkpoints averaged (by fidelity_eval.py)
+            out.update(self.evaluate(avg, r.unk_gap, average_dir=save))
+            out["checkpoint"] = str(avg.relative_to(self.work))
+        if r.early_stop:
+            out["best_update"] = self.updates_of(save / "checkpoint_best.pt")
+            out["stopped_at"] = self.updates_of(save / "checkpoint_last.pt")
+        (save / "done.json").write_text(json.dumps(out, indent=1) + "\n")
+        log(f"  {r.name}: " + json.dumps({k: out.get(k) for k in ("final_train_loss", "valid_nll", "bleu",
+                                                                   "train_bleu", "unk_gap", "train_seconds")}))
+        return out
+
+    @staticmethod
+    def losses(save: Path) -> List[Tuple[int, float]]:
+        out = []
+        log_file = save / "train.log"
+        for line in (log_file.read_text(errors="replace").splitlines() if log_file.exists() else []):
+            # fairseq --log-format json: "... | train_inner | {...}"
+            if "| train_inner |" in line and "{" in line:
                 try:
                     rec = json.loads(line[line.index("{"):])
                 except ValueError:
                     continue
-                if "num_updates" in rec and "loss" in rec:  # train_inner: mean over --log-interval updates
-                    losses.append((int(float(rec["num_updates"])), float(rec["loss"])))
-                elif "train_loss" in rec and not losses:  # runs shorter than one log interval
-                    epoch_loss = (int(float(rec["train_num_updates"])), float(rec["train_loss"]))
-                    losses.append(epoch_loss)
-        out = {"name": name, "command": " ".join(shlex.quote(c) for c in cmd), "returncode": res.returncode,
-               "seconds": round(time.time() - t0, 1), "losses": losses,
-               # mean of the last five logged intervals (the last 50 updates with --log-interval 10)
-               "final_train_loss": round(sum(v for _, v in losses[-5:]) / len(losses[-5:]), 3) if losses else math.nan,
-               "diverged": res.returncode != 0 or not losses or not math.isfinite(losses[-1][1])}
-        if res.returncode == 0:
-            out.update(self.evaluate(save / "checkpoint_last.pt", data or self.data))
-        done.write_text(json.dumps(out, indent=1) + "\n")
-        log(f"  {name}: {json.dumps({k: out.get(k) for k in ('final_train_loss', 'valid_loss', 'bleu', 'seconds')})}")
+                if "num_updates" in rec and "loss" in rec:
+                    out.append((int(float(rec["num_updates"])), float(rec["loss"])))
+        return sorted(dict(out).items())  # a resumed run logs some updates twice: keep the last
+
+    @staticmethod
+    def updates_of(ckpt: Path) -> Optional[int]:
+        from deepnmt_fairseq.checkpoint_safety import load_checkpoint
+
+        if not ckpt.exists():
+            return None
+        state = load_checkpoint(str(ckpt))
+        return int(state["optimizer_history"][-1]["num_updates"])
+
+    # ---------------------------------------------------------------- evaluation
+    def eval_command(self, ckpt: Path, unk_gap: bool, average_dir: Optional[Path] = None) -> List[str]:
+        cmd = [sys.executable, str(Path(__file__).with_name("fidelity_eval.py")), "--data", str(self.data),
+               "--raw", str(self.raw), "--checkpoint", str(ckpt), *self.device()]
+        if average_dir is not None:
+            cmd += ["--average-dir", str(average_dir)]
+        return cmd + (["--unk-gap"] if unk_gap else [])
+
+    def evaluate(self, ckpt: Path, unk_gap: bool = False, average_dir: Optional[Path] = None) -> dict:
+        """valid NLL, test BLEU, train-sample BLEU (and the UNK-source gap): fidelity_eval.py."""
+        cmd = self.eval_command(ckpt, unk_gap, average_dir)
+        res = subprocess.run(cmd, capture_output=True, text=True, env=self.env)
+        if res.returncode != 0:
+            raise RuntimeError(f"evaluation of {ckpt} failed:\n{res.stderr[-3000:]}")
+        out = json.loads(res.stdout.strip().splitlines()[-1])
+        out["eval_command"] = _portable(cmd)
         return out
 
-    def evaluate(self, ckpt: Path, data: Path, unk_source=False):
-        import sacrebleu
+    def device(self) -> List[str]:
+        return [] if ("--bf16" in self.p.extra or "--fp16" in self.p.extra) else ["--cpu"]
 
-        res = {}
-        val = subprocess.run([exe("fairseq-validate"), str(data), "--user-dir", USER_DIR,
-                              "--path", str(ckpt), "--task", "translation", "--cpu", "--max-tokens", "4096",
-                              "--valid-subset", "valid"], capture_output=True, text=True, env=self.env)
-        for line in (val.stdout + val.stderr).splitlines():
-            if "valid on 'valid' subset" in line and "| loss " in line:
-                res["valid_loss"] = float(line.split("| loss ")[1].split()[0])
-        gen = subprocess.run([exe("fairseq-generate"), str(self.data), "--user-dir", USER_DIR,
-                              "--path", str(ckpt), "--gen-subset", "test", "--beam", "4", "--batch-size", "128",
-                              "--required-batch-size-multiple", "1", "--remove-bpe", "--cpu", "--max-len-a", "1.2",
-                              "--max-len-b", "10"], capture_output=True, text=True, env=self.env)
-        from deepnmt_fairseq.generate_output import parse_generate
-
-        parsed = parse_generate(gen.stdout)
-        hyps, refs = parsed["hyps"], parsed["refs"]
-        if refs and sorted(hyps) == sorted(refs):
-            ids = sorted(refs)
-            res["bleu"] = round(sacrebleu.corpus_bleu([hyps[i] for i in ids], [[refs[i] for i in ids]],
-                                                      tokenize="none", force=True).score, 2)
-        return res
-
-    def unk_gap(self, ckpt: Path):
-        """Valid NLL (bits/token, no label smoothing) with every source token replaced by UNK, minus the
-        NLL with the real source: how much the predictions depend on the source."""
-        import torch
-
-        import deepnmt_fairseq  # noqa: F401
-        from fairseq import checkpoint_utils, tasks
-
-        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(ckpt)],
-                                                                          arg_overrides={"data": str(self.data)})
-        model = models[0].eval()
-        task.load_dataset("valid")
-        ds = task.dataset("valid")
-        d = task.source_dictionary
-        totals = {"real": 0.0, "unk": 0.0}
-        ntok = 0
-        with torch.no_grad():
-            for start in range(0, len(ds), 64):
-                sample = ds.collater([ds[i] for i in range(start, min(len(ds), start + 64))])
-                net = sample["net_input"]
-                target = sample["target"]
-                mask = target.ne(d.pad())
-                ntok += int(mask.sum())
-                for kind in ("real", "unk"):
-                    src = net["src_tokens"]
-                    if kind == "unk":
-                        keep = src.eq(d.pad()) | src.eq(d.eos())
-                        src = src.masked_fill(~keep, d.unk())
-                    out = model(src, net["src_lengths"], net["prev_output_tokens"])
-                    lp = model.get_normalized_probs(out, log_probs=True)
-                    nll = -lp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-                    totals[kind] += float(nll[mask].sum())
-        real, unk = totals["real"] / ntok / math.log(2), totals["unk"] / ntok / math.log(2)
-        return {"valid_nll_real": round(real, 3), "valid_nll_unk_source": round(unk, 3), "unk_gap": round(unk - real, 3)}
+    # ---------------------------------------------------------------- scheduling
+    def run_all(self, runs: Sequence[Run], jobs: int) -> Dict[str, dict]:
+        runs = list({r.name: r for r in runs}.values())
+        # longest first (the shortest makespan), or shortest first (--order short-first: the most
+        # finished comparisons when the study is stopped early and resumed later)
+        runs.sort(key=lambda r: _cost(r, self.p) * (1 if self.short_first else -1))
+        with ThreadPoolExecutor(jobs) as pool:
+            return dict(zip([r.name for r in runs], pool.map(self.train, runs)))
 
 
-def plot(results, path, title, xs, series):
-    import matplotlib
+def _cost(r: Run, p: Preset) -> float:
+    n = {"--encoder-layers": 0, "--decoder-layers": 0, "--msc-block-layers": 0}
+    for i, f in enumerate(r.model[:-1]):
+        if f in n:
+            n[f] = int(r.model[i + 1])
+    enc = n["--encoder-layers"] or n["--msc-block-layers"] * n["--decoder-layers"]
+    return (enc + 1.5 * n["--decoder-layers"] + 2) * (r.updates or p.updates) * (2.5 if "collapse_reducing" in r.crit
+                                                                                  else 1.0)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(series), figsize=(5 * len(series), 3.6))
-    for ax, (metric, label) in zip(axes if len(series) > 1 else [axes], series):
-        for fam in FAMILIES:
-            ys = [results.get(f"{fam}-{n}", {}).get(metric, math.nan) for n in xs]
-            ax.plot(xs, ys, marker="o", label=fam)
-        ax.set_xlabel("encoder layers")
-        ax.set_ylabel(label)
-        ax.legend()
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+def _portable(cmd: Sequence[str]) -> str:
+    """The command as a user of a fresh clone would type it (repository-relative paths,
+    console scripts by name, the plugin as $(deepnmt-user-dir))."""
+    words = [str(w) for w in cmd]
+    if words:
+        words[0] = Path(words[0]).name
+    words = ["$(deepnmt-user-dir)" if w == USER_DIR else w for w in words]
+    return " ".join(w if w.startswith("$(") else shlex.quote(w.replace(str(REPO) + "/", "")) for w in words)
+
+
+# ------------------------------------------------------------------------------- the studies
+def seeded(system: str, seeds: Sequence[int], **kw) -> List[Run]:
+    return [Run(name=f"{system}-s{s}", system=system, seed=s, **kw) for s in seeds]
+
+
+def depth_runs(p: Preset, seeds) -> List[Run]:
+    return [r for n in p.depths for fam, flags in FAMILIES.items() if fam in (p.families or FAMILIES)
+            for r in seeded(f"{fam}-{n}", seeds, model=model_flags(p, n, p.decoder_layers, *flags))]
+
+
+def baseline(p: Preset, seeds) -> List[Run]:
+    """The 6-layer (``depths[0]``) pre-norm baseline: depth study, GPKD and student shape."""
+    return seeded(f"prenorm-{p.depths[0]}", seeds, model=model_flags(p, p.depths[0], p.decoder_layers))
+
+
+def dd_system(p: Preset, dec: int, kind: str) -> Tuple[List[str], List[str]]:
+    from deepnmt_fairseq.models.architectures import cad_defaults
+
+    depth, ratio = cad_defaults(dec)
+    cad = ["--cad-drop-depth", str(depth), "--cad-drop-ratio", str(ratio)]
+    model = model_flags(p, p.dd_encoder, dec, *(cad if "cad" in kind else []))
+    return model, (CRT if "crt" in kind else LS)
+
+
+def dd_search_runs(p: Preset, seed: int) -> List[Run]:
+    return [Run(f"dd-plain-{p.dd_encoder}-{d}-s{seed}", f"dd-plain-{p.dd_encoder}-{d}", seed,
+                *dd_system(p, d, "plain"), unk_gap=True) for d in p.dd_depths]
+
+
+def choose_dd_depth(p: Preset, results: Dict[str, dict], seed: int) -> Tuple[int, str]:
+    """The shallowest searched depth whose plain decoder has lower BLEU *and* a smaller UNK-source
+    gap than the shallow one; else the deepest (and the reason)."""
+    res = {d: results.get(f"dd-plain-{p.dd_encoder}-{d}-s{seed}", {}) for d in p.dd_depths}
+    shallow = res[p.dd_depths[0]]
+    for d in p.dd_depths[1:]:
+        r = res[d]
+        if r.get("bleu", math.inf) < shallow.get("bleu", -math.inf) and \
+                r.get("unk_gap", math.inf) < shallow.get("unk_gap", -math.inf):
+            return d, f"{d} layers: lower BLEU and a smaller UNK-source gap than {p.dd_depths[0]} layers"
+    return p.dd_depths[-1], (f"no searched depth is both worse and less source-dependent than "
+                             f"{p.dd_depths[0]} layers: the comparison runs at the deepest, {p.dd_depths[-1]}")
+
+
+DD_KINDS = ("plain", "cad", "crt", "cad-crt")
+
+
+def dd_compare_runs(p: Preset, dec: int, seeds) -> List[Run]:
+    return [r for kind in DD_KINDS
+            for r in seeded(f"dd-{kind}-{p.dd_encoder}-{dec}", seeds, model=dd_system(p, dec, kind)[0],
+                            crit=dd_system(p, dec, kind)[1], unk_gap=True)]
+
+
+def teacher_run(p: Preset) -> Run:
+    h = p.teacher_layers // p.depths[0]
+    return Run(f"gpkd-teacher-{p.teacher_layers}-s1", f"gpkd-teacher-{p.teacher_layers}", 1,
+               model_flags(p, p.teacher_layers, p.decoder_layers, "--gp-group-size", str(h)),
+               updates=int(p.updates * p.stage1_factor))
+
+
+def gpkd_student_runs(study: Study, p: Preset, seeds, jobs: int) -> List[Run]:
+    """SKD data from the averaged teacher (Sec. 3.2), then the students."""
+    teacher = study.dir(teacher_run(p).name)
+    avg = teacher / "checkpoint_avg.pt"
+    skd = study.work / "skd-bin"
+    if not (skd / ".done").exists():
+        log("SKD data: the averaged teacher translates the training set")
+        subprocess.run([exe("deepnmt-skd"), "--data", str(study.data), "--teacher", str(avg), "--output", str(skd),
+                        "--batch-size", "128", "--shards", str(jobs), *study.device()], check=True, env=study.env,
+                       capture_output=True, text=True)
+    h = p.teacher_layers // p.depths[0]
+    student = study.work / "student-init.pt"
+    if not student.exists():  # one layer per group of h (Eq. 4), h = the teacher's GP group size
+        subprocess.run([exe("deepnmt-extract-student"), "--teacher", str(avg), "--encoder-group-size", str(h),
+                        "--output", str(student)], check=True, env=study.env, capture_output=True, text=True)
+    shape = model_flags(p, p.depths[0], p.decoder_layers)
+    return (seeded(f"gpkd-student-{p.depths[0]}", seeds, model=shape, data=skd, init=("finetune", student))
+            + seeded(f"skd-only-{p.depths[0]}", seeds, model=shape, data=skd))
+
+
+def ssl_stage1(p: Preset) -> Run:
+    return Run(f"ssl-stage1-{p.ssl_layers}-s1", f"ssl-stage1-{p.ssl_layers}", 1,
+               model_flags(p, p.ssl_layers, p.decoder_layers), updates=int(p.updates * p.stage1_factor),
+               early_stop=True)
+
+
+def ssl_stage2_runs(study: Study, p: Preset, seeds) -> List[Run]:
+    """Stage 2 continues stage 1's best checkpoint (weights, Adam state, schedule, update count)."""
+    s1 = study.dir(ssl_stage1(p).name)
+    start = study.updates_of(s1 / "checkpoint_best.pt")
+    total = start + int(p.updates * p.stage2_factor)
+    model = model_flags(p, p.ssl_layers, p.decoder_layers)
+    init = ("continue", s1 / "checkpoint_best.pt")
+    return (seeded(f"ssl-stage2-skip-{p.ssl_layers}", seeds, model=model + ["--ssl-rate", "0.4"], updates=total,
+                   init=init)
+            + seeded(f"ssl-stage2-plain-{p.ssl_layers}", seeds, model=model, updates=total, init=init))
+
+
+# --------------------------------------------------------------------------------- data
+def prepare(p: Preset, work: Path) -> Tuple[Path, Path]:
+    """The binarized corpus (quickstart's tokenization and BPE) plus the ``trainsample`` split:
+    the first ``train_sample`` training pairs, binarized with the same dictionary."""
+    qs = load_quickstart()
+    corpus = Path(p.corpus) if p.corpus else qs.DATA
+    if not corpus.is_absolute():
+        corpus = REPO / corpus
+    if not corpus.exists():
+        raise SystemExit(f"corpus {corpus} not found (preset {p.name}); build it with "
+                         "python scripts/build_evidence_corpus.py")
+    if p.subset:
+        corpus = _subset(corpus, work / "corpus", *p.subset)
+    data = qs.prepare(work, p.bpe, data=corpus)
+    tok = work / "tok"
+    if not (data / "trainsample.en-de.de.bin").exists():
+        for lang in ("en", "de"):
+            for kind in ("bpe", "raw"):
+                lines = (tok / f"train.{kind}.{lang}").read_text(encoding="utf-8").splitlines()[:p.train_sample]
+                (tok / f"trainsample.{kind}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        tmp = work / "trainsample-bin"
+        shutil.rmtree(tmp, ignore_errors=True)
+        subprocess.run([exe("fairseq-preprocess"), "--source-lang", "en", "--target-lang", "de", "--testpref",
+                        str(tok / "trainsample.bpe"), "--destdir", str(tmp), "--srcdict", str(data / "dict.en.txt"),
+                        "--tgtdict", str(data / "dict.de.txt"), "--workers", "1"], check=True, capture_output=True)
+        for f in tmp.glob("test.en-de.*"):
+            shutil.copy(f, data / f.name.replace("test.", "trainsample.", 1))
+        shutil.rmtree(tmp)
+    return data, tok
+
+
+def _subset(corpus: Path, out: Path, train: int, held_out: int) -> Path:
+    """The first lines of every split (the tiny preset)."""
+    import gzip
+
+    if not (out / ".done").exists():
+        out.mkdir(parents=True, exist_ok=True)
+        for split in ("train", "valid", "test"):
+            for lang in ("en", "de"):
+                with gzip.open(corpus / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+                    lines = [next(f) for _ in range(train if split == "train" else held_out)]
+                with gzip.open(out / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+                    f.writelines(lines)
+        (out / ".done").write_text("")
+    return out
+
+
+# ------------------------------------------------------------------------------------ main
+STUDIES = ("depth", "deep-decoder", "gpkd", "ssl")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--work-dir", default=str(REPO / "work" / "fidelity"))
-    ap.add_argument("--only", nargs="*", default=["depth", "deep-decoder", "gpkd", "ssl"])
-    ap.add_argument("--updates", type=int, default=1200)
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    ap.add_argument("--work-dir", help="default: work/fidelity/<preset>")
+    ap.add_argument("--only", nargs="*", choices=STUDIES, default=list(STUDIES))
+    ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2], help="seeds of every headline system (>= 2)")
     ap.add_argument("--report-only", action="store_true", help="write the report from the finished runs")
     ap.add_argument("--jobs", type=int, default=2, help="runs trained at the same time")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    ap.add_argument("--order", choices=["long-first", "short-first"], default="long-first",
+                    help="order of the independent runs (long-first: shortest total time)")
+    ap.add_argument("--corpus", help="corpus directory ({train,valid,test}.{en,de}.gz); default: the preset's")
     ap.add_argument("--report", default=str(REPO / "docs" / "fidelity.md"))
     a = ap.parse_args(argv)
-    quickstart = load_quickstart()
-
-    work = Path(a.work_dir).resolve()
+    if len(set(a.seeds)) < 2:
+        ap.error("--seeds: every headline comparison needs at least 2 seeds (issue 16)")
+    p = PRESETS[a.preset]
+    if a.corpus:
+        p = dataclasses.replace(p, corpus=a.corpus)
+    work = Path(a.work_dir or REPO / "work" / "fidelity" / p.name).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    data = quickstart.prepare(work, 4000)
-    study = Study(work, data, a.updates, a.threads)
+    if not a.report_only:
+        data, tok = prepare(p, work)
+        study = Study(p, work, data, tok, a.threads, a.order == "short-first")
+        run_study(study, p, a.only, a.seeds, a.jobs)
     results = {}
-    if a.report_only:
-        for done in sorted((work / "runs").glob("*/done.json")):
-            results[done.parent.name] = json.loads(done.read_text())
-        budgets = [int(w[1]) for r in results.values() for w in zip(shlex.split(r.get("command", "")),
-                                                                    shlex.split(r.get("command", ""))[1:])
-                   if w[0] == "--max-update"]
-        write_report(results, Path(a.report), max(budgets) if budgets else a.updates)
-        return 0
-    # phase 1: every independent run, longest first, --jobs at a time
-    first = []
-    if "depth" in a.only:
-        first += [(name, model, LS, {}) for name, model in depth_runs().items()]
-    if "deep-decoder" in a.only:
-        first += [(name, model, crit, {}) for name, (model, crit) in DEEP_DECODER.items()]
-    if "gpkd" in a.only:
-        first.append(("gpkd-teacher-12-3", GP_TEACHER, LS, {}))
-        first.append(("prenorm-6", depth_runs()["prenorm-6"], LS, {}))  # the 6-layer baseline
-    if "ssl" in a.only:
-        first.append(("prenorm-24", depth_runs()["prenorm-24"], LS, {}))
-    first = list({r[0]: r for r in first}.values())
-    first.sort(key=lambda r: -_layers(r[1]))
-    with ThreadPoolExecutor(a.jobs) as pool:
-        for name, out in zip([r[0] for r in first],
-                             pool.map(lambda r: study.train(r[0], r[1], r[2], **r[3]), first)):
-            results[name] = out
-    # phase 2: what depends on phase 1
-    if "deep-decoder" in a.only:
-        for name in DEEP_DECODER:
-            r = results[name]
-            if not r["diverged"] and "unk_gap" not in r:
-                r.update(study.unk_gap(work / "runs" / name / "checkpoint_last.pt"))
-                (work / "runs" / name / "done.json").write_text(json.dumps(r, indent=1) + "\n")
-    second = []
-    if "gpkd" in a.only:
-        second += gpkd_runs(study, work, data, a.jobs)
-    if "ssl" in a.only:
-        second += ssl_runs(work, a.updates)
-    with ThreadPoolExecutor(a.jobs) as pool:
-        for name, out in zip([r[0] for r in second],
-                             pool.map(lambda r: study.train(r[0], r[1], r[2], **r[3]), second)):
-            results[name] = out
+    for done in sorted((work / "runs").glob("*/done.json")):
+        results[done.parent.name] = json.loads(done.read_text())
     (work / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    write_report(results, Path(a.report), a.updates)
+    from fidelity_report import write_report
+
+    write_report(results, p, Path(a.report), work)
+    log(f"report: {a.report} ({len(results)} runs)")
     return 0
 
 
-GP_TEACHER = ["--arch", "deepnmt_transformer", "--encoder-layers", "12", "--decoder-layers", "3",
-              "--gp-group-size", "2"]
-SIX = ["--arch", "deepnmt_transformer", "--encoder-layers", "6", "--decoder-layers", "3"]
-
-
-def _layers(model):
-    """Encoder + decoder layers of a run's flags (to schedule the longest runs first)."""
-    n = {"--encoder-layers": 6, "--decoder-layers": 6}
-    for i, f in enumerate(model[:-1]):
-        if f in n:
-            n[f] = int(model[i + 1])
-        if f == "--msc-block-layers":
-            n["--encoder-layers"] = 3 * int(model[i + 1])
-    return sum(n.values())
-
-
-def gpkd_runs(study, work, data, jobs):
-    """GPKD (Li et al. Sec. 3): SKD data from the 12-layer GP teacher, a student initialised
-    with one layer per group of 2 (Eq. 4), vs the same student shape trained on SKD data from random
-    initialisation; the 6-layer baseline on the real data is ``prenorm-6``."""
-    tckpt = work / "runs" / "gpkd-teacher-12-3" / "checkpoint_last.pt"
-    skd = work / "skd-bin"
-    if not (skd / ".done").exists():
-        log("SKD data from the teacher")
-        subprocess.run([exe("deepnmt-skd"), "--data", str(data), "--teacher", str(tckpt), "--output", str(skd),
-                        "--cpu", "--batch-size", "128", "--shards", str(jobs)], check=True, env=study.env)
-    student = work / "student-init.pt"
-    if not student.exists():
-        subprocess.run([exe("deepnmt-extract-student"), "--teacher", str(tckpt), "--encoder-group-size", "2",
-                        "--output", str(student)], check=True)
-    return [("gpkd-student-6-3", SIX, LS, dict(data=skd, extra=["--finetune-from-model", str(student)])),
-            ("skd-only-6-3", SIX, LS, dict(data=skd))]
-
-
-def ssl_runs(work, updates):
-    """Skipping sub-layer (Li et al. Sec. 4, Table 4): fine-tune the trained 24-layer pre-norm
-    model for a quarter of the budget with phi = 0.4, vs continued plain training for the same
-    budget."""
-    base = work / "runs" / "prenorm-24" / "checkpoint_last.pt"
-    model = depth_runs()["prenorm-24"]
-    return [("ssl-finetune-24", model + ["--ssl-rate", "0.4"], LS,
-             dict(updates=updates // 4, extra=["--finetune-from-model", str(base)])),
-            ("plain-continue-24", model, LS, dict(updates=updates // 4, extra=["--finetune-from-model", str(base)]))]
-
-
-STUDIES = [
-    ("Depth (MSC Fig. 2 / Bapna et al. Table 1)", lambda n: n.split("-")[0] in ("postnorm", "prenorm", "transparent",
-                                                                              "msc") and n.count("-") == 1),
-    ("Deep decoder, 8-8 (CAD and collapse-reducing training)", lambda n: n.startswith("dd-")),
-    ("GPKD (Li et al. Table 1 at small scale; baseline = prenorm-6)",
-     lambda n: n.startswith(("gpkd-", "skd-")) or n == "prenorm-6"),
-    ("Skipping sub-layer fine-tuning (Li et al. Table 4; base = prenorm-24)",
-     lambda n: n in ("prenorm-24", "ssl-finetune-24", "plain-continue-24")),
-]
-FINDINGS = Path(__file__).with_name("fidelity_findings.md")
-
-
-FAMILIES = ("postnorm", "prenorm", "transparent", "msc")
-
-
-def _order(name):
-    """Depth runs by family then depth; the rest as the study runs them."""
-    fam, _, n = name.rpartition("-")
-    if fam in FAMILIES and n.isdigit():
-        return (FAMILIES.index(fam), int(n), name)
-    return (len(FAMILIES), 0, name)
-
-
-def _portable(command: str) -> str:
-    """The command as a user of a fresh clone would type it (repository-relative paths,
-    console scripts by name)."""
-    words = shlex.split(command)
-    if words:
-        words[0] = Path(words[0]).name
-    return " ".join(shlex.quote(w.replace(str(REPO) + "/", "")) for w in words)
-
-
-def _row(name, r):
-    extra = ""
-    if "unk_gap" in r:  # valid NLL (bits/token) with the real source -> with an all-UNK source
-        extra = f"UNK-source gap {r['unk_gap']} bits"
-        if "valid_nll_real" in r:
-            extra += f" (NLL {r['valid_nll_real']} -> {r['valid_nll_unk_source']})"
-    valid = r.get("valid_loss")
-    valid = f"{valid:.3f}" if isinstance(valid, (int, float)) else "-"
-    return (f"| {name} | {r.get('final_train_loss', math.nan):.3f} | {valid} | "
-            f"{r.get('bleu', 'diverged' if r.get('diverged') else '-')} | {extra} | {r.get('seconds')} |")
-
-
-def write_report(results, path: Path, updates):
-    img = path.parent / "img"
-    img.mkdir(parents=True, exist_ok=True)
-    lines = ["# Fidelity study on the embedded corpus", "",
-             f"Generated by `python benchmarks/fidelity.py` ({time.strftime('%Y-%m-%d')}). Every run: the bundled "
-             f"LibreOffice-help corpus (en->de, 18k pairs, 4k joint BPE), width 64 (FFN 256, 4 heads), "
-             f"{updates} updates of at most 2048 tokens (SSL fine-tuning runs: a quarter), Adam lr 3e-3, 100 warmup "
-             "updates, label smoothing 0.1, dropout 0.1, seed 1, CPU. Train loss: mean of the last 50 updates "
-             "(base 2). Valid loss: `fairseq-validate` on the valid split. BLEU: test split, beam 4, on the "
-             "Moses-tokenized text (BPE removed). The exact command of every run is listed at the end "
-             "(and in `work/fidelity/runs/<name>/done.json`).", ""]
-    if FINDINGS.exists():
-        lines += [FINDINGS.read_text().strip(), ""]
-    for title, pick in STUDIES:
-        names = sorted((n for n in results if pick(n)), key=_order)
-        if not names:
-            continue
-        lines += [f"## {title}", "", "| run | train loss | valid loss | test BLEU | extra | seconds |",
-                  "|---|---|---|---|---|---|"]
-        lines += [_row(n, results[n]) for n in names]
-        lines.append("")
-    depth = {k: v for k, v in results.items() if STUDIES[0][1](k)}
-    if depth:
-        plot(depth, img / "fidelity-depth.png", f"Depth study ({updates} updates)", list(DEPTHS),
-             [("final_train_loss", "train loss"), ("valid_loss", "valid loss"), ("bleu", "test BLEU")])
-        lines += ["![depth](img/fidelity-depth.png)", ""]
-    curves = {k: v for k, v in results.items() if v.get("losses")}
-    if curves:
-        plot_curves(curves, img / "fidelity-curves.png")
-        lines += ["![training curves](img/fidelity-curves.png)", ""]
-    lines += ["## Commands", ""]
-    for name in sorted(results, key=_order):
-        lines.append(f"- `{name}`: `{_portable(results[name].get('command', ''))}`")
-    path.write_text("\n".join(lines) + "\n")
-
-
-def plot_curves(results, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    groups = [(t, [n for n in results if pick(n)]) for t, pick in STUDIES]
-    groups = [(t, ns) for t, ns in groups if ns]
-    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 3.6), squeeze=False)
-    for ax, (title, names) in zip(axes[0], groups):
-        for n in names:
-            xs, ys = zip(*results[n]["losses"])
-            ax.plot(xs, ys, label=n, linewidth=1)
-        ax.set_title(title.split(" (")[0], fontsize=9)
-        ax.set_xlabel("update")
-        ax.set_ylabel("train loss")
-        ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+def run_study(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int], jobs: int) -> None:
+    # phase 1: everything that depends on nothing, longest first
+    first: List[Run] = []
+    if "depth" in only:
+        first += depth_runs(p, seeds)
+    if "deep-decoder" in only:
+        first += dd_search_runs(p, seeds[0])
+    if "gpkd" in only:
+        first += [teacher_run(p)] + baseline(p, seeds)
+    if "ssl" in only:
+        first.append(ssl_stage1(p))
+    results = study.run_all(first, jobs)
+    # phase 2: what depends on phase 1
+    second: List[Run] = []
+    if "deep-decoder" in only:
+        dec, why = choose_dd_depth(p, results, seeds[0])
+        (study.work / "dd-depth.json").write_text(json.dumps({"depth": dec, "why": why}) + "\n")
+        log(f"deep decoder: {why}")
+        second += [r for r in dd_compare_runs(p, dec, seeds)
+                   if not (r.system == f"dd-plain-{p.dd_encoder}-{dec}" and r.seed == seeds[0])]
+    if "gpkd" in only and not results.get(teacher_run(p).name, {}).get("diverged", True):
+        second += gpkd_student_runs(study, p, seeds, jobs)
+    if "ssl" in only and not results.get(ssl_stage1(p).name, {}).get("diverged", True):
+        second += ssl_stage2_runs(study, p, seeds)
+    study.run_all(second, jobs)
 
 
 if __name__ == "__main__":

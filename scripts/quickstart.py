@@ -68,8 +68,9 @@ def fresh_dir(path: Path) -> Path:
 
 
 # ---------------------------------------------------------------- step 1-2
-def prepare(work: Path, bpe_merges: int, train_pairs: int | None = None) -> Path:
-    """Tokenize, BPE and binarize the embedded corpus into ``work/data-bin`` (once).
+def prepare(work: Path, bpe_merges: int, train_pairs: int | None = None, data: Path = DATA) -> Path:
+    """Tokenize, BPE and binarize the embedded corpus (or another corpus directory ``data``
+    with the same {train,valid,test}.{en,de}.gz files) into ``work/data-bin`` (once).
 
     ``train_pairs`` keeps only the first N training pairs (smoke tests)."""
     from sacremoses import MosesTokenizer
@@ -84,9 +85,9 @@ def prepare(work: Path, bpe_merges: int, train_pairs: int | None = None) -> Path
     splits = ("train", "valid", "test")
     for split in splits:
         for lang in (SRC, TGT):
-            src = DATA / f"{split}.{lang}.gz"
+            src = data / f"{split}.{lang}.gz"
             if not src.exists():
-                raise SystemExit(f"missing embedded data file {src}")
+                raise SystemExit(f"missing data file {src}")
             mt = MosesTokenizer(lang=lang)
             with gzip.open(src, "rt", encoding="utf-8") as f:
                 lines = [ln.rstrip("\n") for ln in f]

@@ -1,39 +1,108 @@
-"""The fidelity study's report: every finished run lands in its study's table, with the
-plots and the command of every number (the runs themselves take hours: benchmarks/fidelity.py)."""
+"""The evidence study (benchmarks/fidelity.py, issue 16): the whole pipeline at tiny size (every
+comparison, 2 seeds, the report), its resumability, and the report's statistics.
 
-# benchmarks/ is importable through the pythonpath option of pytest (pyproject.toml)
+benchmarks/ is importable through the pythonpath option of pytest (pyproject.toml)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
 
 
-def _run(name, loss, bleu, **extra):
-    return {"name": name, "command": f"fairseq-train ... --save-dir runs/{name}", "returncode": 0, "seconds": 1.0,
-            "losses": [(10, loss + 1.0), (20, loss)], "final_train_loss": loss, "diverged": False,
-            "valid_loss": loss + 0.1, "bleu": bleu, **extra}
+def _run(system, seed, bleu, **extra):
+    return {"name": f"{system}-s{seed}", "system": system, "seed": seed, "command": f"fairseq-train ... {system}",
+            "eval_command": f"python benchmarks/fidelity_eval.py ... {system}", "returncode": 0,
+            "losses": [(10, 8.0), (20, 7.0)], "final_train_loss": 7.0, "diverged": False, "valid_nll": 6.5,
+            "bleu": bleu, "train_bleu": bleu + 5, **extra}
 
 
-def test_report_groups_runs_by_study_with_plots_and_commands(tmp_path, monkeypatch):
+def test_verdict_calls_a_difference_only_beyond_both_spreads():
+    from fidelity_report import stat, verdict
+
+    a = [_run("a", 1, 14.0), _run("a", 2, 15.0)]
+    b = [_run("b", 1, 12.0), _run("b", 2, 12.5)]
+    assert stat(a, "bleu") == (14.5, 1.0, 2)
+    assert verdict("a", a, "b", b).startswith("a better than b: +2.25 bleu")
+    close = [_run("c", 1, 13.0), _run("c", 2, 14.6)]  # diff 0.7 < spread 1.6
+    assert "no difference" in verdict("c", close, "a", a)
+    assert "fewer than 2 seeds" in verdict("a", a, "b", b[:1])
+    # lower is better for losses and a diverged seed has no value
+    worse = [_run("d", 1, 1.0, valid_nll=9.0), _run("d", 2, 1.0, valid_nll=9.1)]
+    assert verdict("d", worse, "a", a, "valid_nll", higher_better=False).startswith("d worse than a")
+
+
+def test_report_tables_have_mean_and_spread_per_system_and_every_command(tmp_path, monkeypatch):
+    import fidelity
+    import fidelity_report
+
+    monkeypatch.setattr(fidelity_report, "FINDINGS", tmp_path / "none.md")
+    p = fidelity.PRESETS["cpu"]
+    results = {}
+    for fam in fidelity.FAMILIES:
+        for n in p.depths:
+            for seed in (1, 2):
+                r = _run(f"{fam}-{n}", seed, 10.0 + seed + n / 6)
+                results[r["name"]] = r
+    results["postnorm-24-s2"].update(diverged=True, returncode=1)
+    del results["postnorm-24-s2"]["bleu"]
+    for seed in (1, 2):
+        for kind in fidelity.DD_KINDS:
+            r = _run(f"dd-{kind}-6-12", seed, 9.0 + seed, unk_gap=0.5 * seed)
+            results[r["name"]] = r
+    (tmp_path / "dd-depth.json").write_text(json.dumps({"depth": 12, "why": "12 layers: lower BLEU"}))
+    report = tmp_path / "fidelity.md"
+    fidelity_report.write_report(results, p, report, tmp_path)
+    text = report.read_text()
+    depth = text.split("\n## 1. Depth")[1].split("\n## ")[0]
+    assert "| msc-12 | 1,2 | 7.000 ± 0.000 | 6.500 ± 0.000 | 13.50 ± 1.00 | 18.50 ± 1.00 |" in depth
+    assert "| postnorm-24 | 1,2 (1 failed/diverged: seed 2) |" in depth and "15.00 (1 seed)" in depth
+    assert "12 layers: lower BLEU" in text and "| dd-cad-crt-6-12 | 1,2 |" in text
+    for name, r in results.items():  # the command of every number
+        assert f"- `{name}`: `{r['command']}`; metrics: `{r['eval_command']}`" in text
+    assert (tmp_path / "img" / "fidelity-cpu-depth.png").stat().st_size > 1000
+
+
+def test_tiny_study_runs_every_comparison_with_two_seeds_and_resumes(tmp_path):
+    """The whole pipeline at tiny size: depth, deep-decoder search and comparison, GPKD (teacher,
+    SKD from the averaged teacher, extracted and scratch students), two-stage skipping; then a
+    re-run recomputes nothing."""
     import fidelity
 
-    monkeypatch.setattr(fidelity, "FINDINGS", tmp_path / "none.md")  # the committed findings stay out
-    results = {f"{fam}-{n}": _run(f"{fam}-{n}", 7.0 - n / 100, 1.0 + n / 10)
-               for fam in ("postnorm", "prenorm", "transparent", "msc") for n in fidelity.DEPTHS}
-    results["dd-cad-8-8"] = _run("dd-cad-8-8", 6.5, 4.0, unk_gap=1.25)
-    results["gpkd-student-6-3"] = _run("gpkd-student-6-3", 6.0, 5.0)
-    results["ssl-finetune-24"] = _run("ssl-finetune-24", 6.2, 4.5)
-    results["postnorm-24"] = dict(results["postnorm-24"], diverged=True, returncode=1)
-    del results["postnorm-24"]["bleu"]
-    report = tmp_path / "fidelity.md"
-    fidelity.write_report(results, report, 800)
+    work, report = tmp_path / "work", tmp_path / "fidelity.md"
+    args = ["--preset", "tiny", "--work-dir", str(work), "--report", str(report), "--jobs", "2"]
+    assert fidelity.main(args) == 0
+    p = fidelity.PRESETS["tiny"]
+    done = {d.parent.name: json.loads(d.read_text()) for d in (work / "runs").glob("*/done.json")}
+    dec = json.loads((work / "dd-depth.json").read_text())["depth"]
+    systems = [f"{fam}-{n}" for fam in p.families for n in p.depths]
+    systems += [f"dd-{k}-{p.dd_encoder}-{dec}" for k in fidelity.DD_KINDS]
+    systems += [f"gpkd-student-{p.depths[0]}", f"skd-only-{p.depths[0]}"]
+    systems += [f"ssl-stage2-{k}-{p.ssl_layers}" for k in ("skip", "plain")]
+    for system in systems:
+        for seed in (1, 2):
+            r = done[f"{system}-s{seed}"]
+            assert not r["diverged"] and {"valid_nll", "bleu", "train_bleu"} <= set(r), r
+    assert all("unk_gap" in done[f"dd-{k}-{p.dd_encoder}-{dec}-s1"] for k in fidelity.DD_KINDS)
+    assert {f"dd-plain-{p.dd_encoder}-{d}-s1" for d in p.dd_depths} <= set(done)
+    # GPKD: the student starts from one layer per group of the *averaged* GP teacher
+    teacher = shlex.split(done[f"gpkd-teacher-{p.teacher_layers}-s1"]["command"])
+    assert teacher[teacher.index("--gp-group-size") + 1] == str(p.teacher_layers // p.depths[0])
+    student = shlex.split(done[f"gpkd-student-{p.depths[0]}-s1"]["command"])
+    assert "--finetune-from-model" in student and student[1].endswith("skd-bin")
+    assert (work / "skd-bin" / ".done").exists() and (work / "student-init.pt").exists()
+    # skipping: stage 2 continues stage 1 (no warm-up restart), with and without skipping
+    s1 = done[f"ssl-stage1-{p.ssl_layers}-s1"]
+    for kind in ("skip", "plain"):
+        cmd = shlex.split(done[f"ssl-stage2-{kind}-{p.ssl_layers}-s1"]["command"])
+        assert "--continue-once" in cmd and cmd[cmd.index("--continue-once") + 1].endswith("checkpoint_best.pt")
+        assert int(cmd[cmd.index("--max-update") + 1]) == s1["best_update"] + int(p.updates * p.stage2_factor)
+        assert ("--ssl-rate" in cmd) == (kind == "skip")
     text = report.read_text()
-    sections = text.split("\n## ")
-    depth = next(s for s in sections if s.startswith("Depth"))
-    assert depth.count("\n| msc-") == len(fidelity.DEPTHS) and "| postnorm-24 | 6.760 | 6.860 | diverged |" in depth
-    assert "dd-cad-8-8" not in depth and "UNK-source gap 1.25 bits" in next(s for s in sections
-                                                                              if s.startswith("Deep decoder"))
-    gpkd = next(s for s in sections if s.startswith("GPKD"))
-    assert "| gpkd-student-6-3 |" in gpkd and "| prenorm-6 |" in gpkd  # the baseline sits in its table
-    assert "| ssl-finetune-24 |" in next(s for s in sections if s.startswith("Skipping"))
-    assert "800 updates" in text
-    for name in results:  # the command of every number
-        assert f"- `{name}`: `fairseq-train ... --save-dir runs/{name}`" in text
-    for png in ("fidelity-depth.png", "fidelity-curves.png"):
-        assert (tmp_path / "img" / png).stat().st_size > 1000 and f"img/{png}" in text
+    for section in ("## 1. Depth", "## 2. Deep decoder", "## 3. GPKD", "## 4. Skipping sub-layer", "## Commands"):
+        assert section in text
+    # resumable: a second run trains nothing and leaves every result as it was
+    stamps = {n: (work / "runs" / n / "done.json").stat().st_mtime_ns for n in done}
+    assert fidelity.main(args) == 0
+    assert {n: (work / "runs" / n / "done.json").stat().st_mtime_ns for n in done} == stamps
