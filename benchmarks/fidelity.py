@@ -119,6 +119,8 @@ FAMILIES = {  # depth-study systems: flags on top of --encoder-layers N --decode
     "dlcl": ["--deep-memory", "dlcl"],  # Wang et al. 2019a (pre-norm)
     "msc": ["--deep-memory", "msc"],  # Wei et al. 2020: N/3-layer blocks, one per decoder layer
 }
+# a training that stops on these has diverged (fairseq's overflow/NaN checks, the plugin's NaN guard)
+DIVERGED = ("FloatingPointError", "NaN detected", "non-finite loss", "Minimum loss scale reached")
 LS = ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
 CRT = ["--criterion", "collapse_reducing", "--label-smoothing", "0.1", "--ddr-alpha", "1.0", "--ald-alpha", "0.5"]
 
@@ -231,9 +233,11 @@ class Study:
             if res.returncode != 0:
                 out = {"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd),
                        "returncode": res.returncode, "diverged": True, "losses": self.losses(save)}
-                tail = (save / "train.log").read_text(errors="replace").splitlines()[-5:]
-                log(f"  {r.name} FAILED (exit {res.returncode}): " + " / ".join(tail))
-                return out  # not written as done: a re-run retries it
+                text = (save / "train.log").read_text(errors="replace")
+                log(f"  {r.name} FAILED (exit {res.returncode}): " + " / ".join(text.splitlines()[-3:]))
+                if any(sign in text for sign in DIVERGED):  # deterministic: recorded, not retried
+                    (save / "done.json").write_text(json.dumps(out, indent=1) + "\n")
+                return out  # any other failure (killed, out of memory) is retried by a re-run
             (save / ".trained").write_text(f"{time.time() - t0:.1f}\n")
         losses = self.losses(save)
         out = {"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd), "returncode": 0,
@@ -497,6 +501,13 @@ def main(argv=None):
         p = dataclasses.replace(p, corpus=a.corpus)
     work = Path(a.work_dir or REPO / "work" / "fidelity" / p.name).resolve()
     work.mkdir(parents=True, exist_ok=True)
+    stamp, settings = work / "preset.json", json.loads(json.dumps(dataclasses.asdict(p)))
+    if stamp.exists() and json.loads(stamp.read_text()) != settings:
+        old = json.loads(stamp.read_text())
+        diff = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
+        raise SystemExit(f"{work} holds runs made with other settings {diff}: finished runs are reused by name, "
+                         "so use another --work-dir")
+    stamp.write_text(json.dumps(settings, indent=1) + "\n")
     if not a.report_only:
         data, tok = prepare(p, work)
         study = Study(p, work, data, tok, a.threads, a.order == "short-first")
@@ -507,9 +518,24 @@ def main(argv=None):
     (work / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     from fidelity_report import write_report
 
-    write_report(results, p, Path(a.report), work)
+    sel = work / "dd-depth.json"
+    plan = planned(p, a.seeds, json.loads(sel.read_text())["depth"] if sel.exists() else None)
+    write_report(results, p, Path(a.report), work, plan)
     log(f"report: {a.report} ({len(results)} runs)")
     return 0
+
+
+def planned(p: Preset, seeds: Sequence[int], dd_depth: Optional[int] = None) -> List[str]:
+    """The names of every run of the full study (the deep-decoder comparison at ``dd_depth``,
+    the search's result; before the search, at the deepest searched depth)."""
+    dec = dd_depth or p.dd_depths[-1]
+    names = [r.name for r in depth_runs(p, seeds) + dd_search_runs(p, seeds[0]) + dd_compare_runs(p, dec, seeds)
+             + [teacher_run(p)] + baseline(p, seeds) + [ssl_stage1(p)]]
+    shape = model_flags(p, p.depths[0], p.decoder_layers)
+    names += [r.name for sys_ in (f"gpkd-student-{p.depths[0]}", f"skd-only-{p.depths[0]}",
+                                  f"ssl-stage2-skip-{p.ssl_layers}", f"ssl-stage2-plain-{p.ssl_layers}")
+              for r in seeded(sys_, seeds, model=shape)]
+    return sorted(set(names))
 
 
 def run_study(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int], jobs: int) -> None:

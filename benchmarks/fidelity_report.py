@@ -70,7 +70,8 @@ def table(systems: Dict[str, List[dict]], names: List[str], extra: Tuple[Tuple[s
     return lines
 
 
-def write_report(results: Dict[str, dict], preset, path: Path, work: Path) -> None:
+def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
+                 planned: Optional[List[str]] = None) -> None:
     from fidelity import DD_KINDS, FAMILIES  # the study's names (benchmarks/ is on the path)
 
     p = preset
@@ -91,6 +92,13 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path) -> No
              f"first {p.train_sample} training pairs (train-sample BLEU, the degradation test of MSC Fig. 2). "
              "Each cell is the mean ± spread (max − min) over seeds; a difference is called only when it "
              "exceeds both systems' spreads.", ""]
+    if planned is not None:
+        missing = [n for n in planned if n not in results]
+        failed = sorted(n for n, r in results.items() if r.get("diverged"))
+        lines += [f"**Status: {len(planned) - len(missing)} of {len(planned)} planned runs finished"
+                  + (f" ({len(failed)} failed or diverged: {', '.join(failed)})" if failed else "") + ".**"
+                  + (f" Not yet run: {', '.join(missing)}. The same command resumes the study; every "
+                     "comparison below is read only from what has finished." if missing else ""), ""]
     if FINDINGS.exists() and p.name != "tiny":
         lines += [FINDINGS.read_text().strip(), ""]
 

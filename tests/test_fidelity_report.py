@@ -106,3 +106,15 @@ def test_tiny_study_runs_every_comparison_with_two_seeds_and_resumes(tmp_path):
     stamps = {n: (work / "runs" / n / "done.json").stat().st_mtime_ns for n in done}
     assert fidelity.main(args) == 0
     assert {n: (work / "runs" / n / "done.json").stat().st_mtime_ns for n in done} == stamps
+
+
+def test_a_work_dir_of_other_settings_is_refused(tmp_path, monkeypatch):
+    """Finished runs are reused by name, so a work directory made with other settings is refused."""
+    import dataclasses
+
+    import fidelity
+
+    (tmp_path / "preset.json").write_text(json.dumps(dataclasses.asdict(
+        dataclasses.replace(fidelity.PRESETS["tiny"], lr=0.5)), default=list))
+    with pytest.raises(SystemExit, match="other settings.*'lr': \\(0.5, 0.001\\)"):
+        fidelity.main(["--preset", "tiny", "--work-dir", str(tmp_path), "--report-only"])
