@@ -49,16 +49,10 @@ Standard library only.  Example::
 from __future__ import annotations
 
 import argparse
-import hashlib
 import html.parser
 import importlib.util
-import json
-import os
-import shutil
 import sys
-import tarfile
 import tempfile
-import lzma
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,69 +94,19 @@ def progress(msg: str) -> None:
 # .deb reading (GIMP help; the LibreOffice help uses lo.read_help_deb)
 # --------------------------------------------------------------------------
 
-@dataclass
-class DebFiles:
-    path: Path
-    package: str
-    version: str
-    sha256: str
-    size: int
-    files: dict[str, str]  # relative path under the prefix -> text
-
-
-def read_deb_files(path: Path, prefix: str, suffix: str) -> DebFiles:
-    """Text files under ``prefix`` ending in ``suffix`` from a .deb, using the
-    ar/control readers of the LibreOffice script."""
-    origin = str(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ExtractError(f"cannot read {path}: {exc}") from exc
-    members = lo.read_ar(data, origin)
-    control = lo.read_control(members, origin)
-    name, blob = lo._member(members, "data.tar", origin)
-    files: dict[str, str] = {}
-    try:
-        with lo._open_tar(blob, name, origin) as tar:
-            for info in tar:
-                p = info.name[2:] if info.name.startswith("./") else info.name
-                if info.isfile() and p.startswith(prefix) and p.endswith(suffix):
-                    files[p[len(prefix):]] = tar.extractfile(info).read().decode("utf-8", "replace")
-    except (tarfile.TarError, lzma.LZMAError, EOFError, OSError) as exc:
-        raise ExtractError(f"{origin}: truncated or corrupt {name}: {exc}") from exc
-    if not files:
-        raise ExtractError(f"{origin}: no *{suffix} files under {prefix}")
-    return DebFiles(path=path, package=control.get("Package", "?"),
-                    version=control.get("Version", "?"),
-                    sha256=hashlib.sha256(data).hexdigest(), size=len(data), files=files)
+# the readers of the LibreOffice script: a .deb's text files under a prefix
+DebFiles = lo.DebFiles
+read_deb_files = lo.read_deb_files
+find_pkg_deb = lo.find_pkg_deb
 
 
 def gimp_help_prefix(lang: str) -> str:
     return f"usr/share/gimp/2.0/help/{lang}/"
 
 
-def find_pkg_deb(directory: Path, pkg: str) -> Path:
-    found = sorted(directory.glob(f"{pkg}_*.deb"))
-    if not found:
-        raise ExtractError(f"no {pkg}_*.deb in {directory} "
-                           f"(get it with: apt-get download {pkg}, or use --download)")
-    if len(found) > 1:
-        raise ExtractError(f"several {pkg}_*.deb in {directory}: "
-                           + ", ".join(p.name for p in found) + "; keep only one")
-    return found[0]
-
-
 def download(directory: Path) -> None:
-    import subprocess
-    try:
-        subprocess.run(["apt-get", "download", *ALL_PACKAGES], cwd=directory, check=True,
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    except FileNotFoundError:
-        raise ExtractError("--download needs apt-get (Debian/Ubuntu); download the "
-                           "packages elsewhere and use --debs DIR") from None
-    except subprocess.CalledProcessError as exc:
-        raise ExtractError(f"apt-get download {' '.join(ALL_PACKAGES)} failed:\n"
-                           + exc.stderr.decode("utf-8", "replace")) from None
+    progress(f"apt-get download {' '.join(ALL_PACKAGES)}")
+    lo.download_packages(ALL_PACKAGES, directory)
 
 
 # --------------------------------------------------------------------------
@@ -432,37 +376,15 @@ and filtered.  No sentence was edited otherwise.
 
 
 def write_output(out: Path, force: bool, splits, stats: dict, notice: str) -> None:
-    out = out.resolve()
-    parent = out.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
-    try:
-        umask = os.umask(0o022)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)
+    """OUT/{train,valid,test}.{en,de}.gz, STATS.json and NOTICE, written and
+    moved into place by the LibreOffice script's ``publish_dataset``."""
+    def write_files(tmp: Path) -> None:
         for name, triples in splits.items():
             progress(f"writing {name}: {len(triples)} pairs")
             lo.write_gz_lines(tmp / f"{name}.{SRC}.gz", [a for _, a, _ in triples])
             lo.write_gz_lines(tmp / f"{name}.{TGT}.gz", [b for _, _, b in triples])
-        stats["files"] = {p.name: {"bytes": p.stat().st_size,
-                                   "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
-                          for p in sorted(tmp.glob("*.gz"))}
-        (tmp / "STATS.json").write_text(
-            json.dumps(stats, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
-            encoding="utf-8")
-        (tmp / "NOTICE").write_text(notice, encoding="utf-8")
-        if out.exists():
-            if not force:
-                raise ExtractError(f"{out} exists; use --force to replace it")
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=parent))
-            os.rename(out, old / out.name)
-            os.rename(tmp, out)
-            shutil.rmtree(old)
-        else:
-            os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    lo.publish_dataset(out, force, write_files, stats, notice)
 
 
 # --------------------------------------------------------------------------
@@ -476,12 +398,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     "Debian packages " + ", ".join(ALL_PACKAGES) + ".")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT,
                     help=f"output directory (default: {DEFAULT_OUT})")
-    where = ap.add_mutually_exclusive_group(required=True)
-    where.add_argument("--debs", type=Path, metavar="DIR",
-                       help="directory with the downloaded .deb files (gimp-help-common "
-                            "is optional: without it NOTICE cannot quote the copyright file)")
-    where.add_argument("--download", action="store_true",
-                       help="run 'apt-get download' for the packages into a temporary directory")
+    lo.add_deb_source_args(
+        ap, "directory with the downloaded .deb files (gimp-help-common "
+            "is optional: without it NOTICE cannot quote the copyright file)")
     ap.add_argument("--seed", type=int, default=1,
                     help="seed for the choice of valid/test documents (default: 1)")
     ap.add_argument("--heldout-fraction", type=float, default=lo.HELDOUT_FRACTION,
@@ -495,18 +414,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> dict:
-    out = args.out.resolve()
-    if out.exists() and not args.force:
-        raise ExtractError(f"{out} exists; use --force to replace it")
+    out = lo.checked_out_dir(args)
     with tempfile.TemporaryDirectory(prefix="evidence-debs-") as dl:
-        if args.download:
-            debdir = Path(dl)
-            progress(f"apt-get download {' '.join(ALL_PACKAGES)}")
-            download(debdir)
-        else:
-            debdir = args.debs
-            if not debdir.is_dir():
-                raise ExtractError(f"--debs {debdir}: not a directory")
+        debdir = lo.deb_dir(args, dl, download)
         progress("reading LibreOffice help packages")
         lo_pkgs = [lo.read_help_deb(find_pkg_deb(debdir, LO_PACKAGES[lang]), lang)
                    for lang in (SRC, TGT)]
@@ -533,8 +443,7 @@ def run(args: argparse.Namespace) -> dict:
              f"({gs['pairs_unique']} unique)")
     splits, info = make_merged_splits({"libreoffice": lo_corpus, "gimp": gimp_corpus},
                                       args.seed, args.heldout_fraction)
-    pkg_entries = [{"package": p.package, "version": p.version, "deb": p.path.name,
-                    "bytes": p.size, "sha256": p.sha256}
+    pkg_entries = [lo.package_entry(p)
                    for p in [*lo_pkgs, *gimp_pkgs, *([common] if common else [])]]
     stats = {
         "languages": {"src": SRC, "tgt": TGT},
@@ -563,10 +472,8 @@ def run(args: argparse.Namespace) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    try:
-        stats = run(args)
-    except ExtractError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    stats = lo.run_reporting_errors(run, args)
+    if stats is None:
         return 1
     pp = stats["pairs_per_source"]
     for name in ("train", "valid", "test"):

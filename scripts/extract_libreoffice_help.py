@@ -178,17 +178,23 @@ def read_control(members: dict[str, bytes], origin: str) -> dict[str, str]:
 
 
 @dataclass
-class HelpPackage:
+class DebFiles:
     path: Path
     package: str
     version: str
     sha256: str
     size: int
-    files: dict[str, str]  # relative path under text/ -> HTML source
+    files: dict[str, str]  # relative path under the prefix -> text (here: HTML source)
 
 
-def read_help_deb(path: Path, lang: str) -> HelpPackage:
-    """Read the HTML help files of ``lang`` from a libreoffice-help .deb."""
+HelpPackage = DebFiles  # a libreoffice-help package: its HTML files under text/
+
+
+def read_deb_files(path: Path, prefix: str, suffix: str,
+                   missing: str | None = None) -> DebFiles:
+    """Text files under ``prefix`` ending in ``suffix`` from a .deb (also used
+    by scripts/build_evidence_corpus.py for the GIMP help).  ``missing`` is the
+    error message when there are none."""
     origin = str(path)
     try:
         data = path.read_bytes()
@@ -197,29 +203,44 @@ def read_help_deb(path: Path, lang: str) -> HelpPackage:
     members = read_ar(data, origin)
     control = read_control(members, origin)
     name, blob = _member(members, "data.tar", origin)
-    prefix = f"usr/share/libreoffice/help/{help_dir_for(lang)}/text/"
     files: dict[str, str] = {}
     try:
         with _open_tar(blob, name, origin) as tar:
             for info in tar:
                 member_path = info.name[2:] if info.name.startswith("./") else info.name
                 if (info.isfile() and member_path.startswith(prefix)
-                        and member_path.endswith(".html")):
+                        and member_path.endswith(suffix)):
                     raw = tar.extractfile(info).read()
                     files[member_path[len(prefix):]] = raw.decode("utf-8", "replace")
     except (tarfile.TarError, lzma.LZMAError, EOFError, OSError) as exc:
         raise ExtractError(f"{origin}: truncated or corrupt {name}: {exc}") from exc
     if not files:
-        raise ExtractError(f"{origin}: no help files under {prefix} "
-                           f"(is this the {package_for(lang)} package?)")
-    return HelpPackage(path=path, package=control.get("Package", "?"),
-                       version=control.get("Version", "?"),
-                       sha256=hashlib.sha256(data).hexdigest(), size=len(data),
-                       files=files)
+        raise ExtractError(f"{origin}: " + (missing or f"no *{suffix} files under {prefix}"))
+    return DebFiles(path=path, package=control.get("Package", "?"),
+                    version=control.get("Version", "?"),
+                    sha256=hashlib.sha256(data).hexdigest(), size=len(data),
+                    files=files)
+
+
+def read_help_deb(path: Path, lang: str) -> HelpPackage:
+    """Read the HTML help files of ``lang`` from a libreoffice-help .deb."""
+    prefix = f"usr/share/libreoffice/help/{help_dir_for(lang)}/text/"
+    return read_deb_files(path, prefix, ".html",
+                          f"no help files under {prefix} "
+                          f"(is this the {package_for(lang)} package?)")
+
+
+def package_entry(p: DebFiles) -> dict:
+    """The STATS.json record of one .deb."""
+    return {"package": p.package, "version": p.version, "deb": p.path.name,
+            "bytes": p.size, "sha256": p.sha256}
 
 
 def find_deb(directory: Path, lang: str) -> Path:
-    pkg = package_for(lang)
+    return find_pkg_deb(directory, package_for(lang))
+
+
+def find_pkg_deb(directory: Path, pkg: str) -> Path:
     found = sorted(directory.glob(f"{pkg}_*.deb"))
     if not found:
         raise ExtractError(f"no {pkg}_*.deb in {directory} "
@@ -231,7 +252,10 @@ def find_deb(directory: Path, lang: str) -> Path:
 
 
 def download_debs(langs: list[str], directory: Path) -> None:
-    pkgs = [package_for(lang) for lang in langs]
+    download_packages([package_for(lang) for lang in langs], directory)
+
+
+def download_packages(pkgs: list[str], directory: Path) -> None:
     try:
         subprocess.run(["apt-get", "download", *pkgs], cwd=directory, check=True,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -637,6 +661,27 @@ split into sentences, filtered and sampled. No sentence was edited otherwise.
 
 
 def write_dataset(out: Path, args, packages, stats: dict, shipped, full_train) -> None:
+    src, tgt = args.src, args.tgt
+
+    def write_files(tmp: Path) -> None:
+        for name, pairs in shipped.items():
+            write_gz_lines(tmp / f"{name}.{src}.gz", [a for a, _ in pairs])
+            write_gz_lines(tmp / f"{name}.{tgt}.gz", [b for _, b in pairs])
+        if full_train is not None:
+            (tmp / "full").mkdir()
+            write_gz_lines(tmp / "full" / f"train.{src}.gz", [a for a, _ in full_train])
+            write_gz_lines(tmp / "full" / f"train.{tgt}.gz", [b for _, b in full_train])
+
+    publish_dataset(out, args.force, write_files, stats, notice_text(packages))
+
+
+def publish_dataset(out: Path, force: bool, write_files, stats: dict, notice: str) -> None:
+    """Write a dataset directory all at once (shared with
+    scripts/build_evidence_corpus.py): ``write_files(tmp)`` writes the data
+    files into a fresh temporary directory next to ``out``; then
+    ``stats["files"]`` gets the size and sha256 of its top-level *.gz files,
+    STATS.json and NOTICE are written, and the directory is renamed to
+    ``out`` (an existing ``out`` is replaced only if ``force``)."""
     out = out.resolve()
     parent = out.parent
     parent.mkdir(parents=True, exist_ok=True)
@@ -645,14 +690,7 @@ def write_dataset(out: Path, args, packages, stats: dict, shipped, full_train) -
         umask = os.umask(0o022)
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it 0700
-        src, tgt = args.src, args.tgt
-        for name, pairs in shipped.items():
-            write_gz_lines(tmp / f"{name}.{src}.gz", [a for a, _ in pairs])
-            write_gz_lines(tmp / f"{name}.{tgt}.gz", [b for _, b in pairs])
-        if full_train is not None:
-            (tmp / "full").mkdir()
-            write_gz_lines(tmp / "full" / f"train.{src}.gz", [a for a, _ in full_train])
-            write_gz_lines(tmp / "full" / f"train.{tgt}.gz", [b for _, b in full_train])
+        write_files(tmp)
         files = {}
         for p in sorted(tmp.glob("*.gz")):
             files[p.name] = {"bytes": p.stat().st_size,
@@ -661,11 +699,11 @@ def write_dataset(out: Path, args, packages, stats: dict, shipped, full_train) -
         (tmp / "STATS.json").write_text(
             json.dumps(stats, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
             encoding="utf-8")
-        (tmp / "NOTICE").write_text(notice_text(packages), encoding="utf-8")
+        (tmp / "NOTICE").write_text(notice, encoding="utf-8")
         # Move into place only now, so that a crash never leaves a complete-
         # looking dataset behind.
         if out.exists():
-            if not args.force:
+            if not force:
                 raise ExtractError(f"{out} exists; use --force to replace it")
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=parent))
             os.rename(out, old / out.name)
@@ -691,11 +729,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--src", default="en", help="source language (default: en)")
     ap.add_argument("--tgt", default="de", help="target language, e.g. de or fr (default: de)")
     ap.add_argument("--out", required=True, type=Path, help="output directory (must not exist)")
-    where = ap.add_mutually_exclusive_group(required=True)
-    where.add_argument("--debs", type=Path, metavar="DIR",
-                       help="directory with the already downloaded libreoffice-help-*.deb files")
-    where.add_argument("--download", action="store_true",
-                       help="run 'apt-get download' for the packages into a temporary directory")
+    add_deb_source_args(
+        ap, "directory with the already downloaded libreoffice-help-*.deb files")
     ap.add_argument("--max-train-words", type=int, default=30,
                     help="shipped train: at most this many words per side (default: 30)")
     ap.add_argument("--train-size", type=int, default=18000,
@@ -718,18 +753,38 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def run(args: argparse.Namespace) -> dict:
+def add_deb_source_args(ap: argparse.ArgumentParser, debs_help: str) -> None:
+    """--debs DIR | --download (shared with scripts/build_evidence_corpus.py)."""
+    where = ap.add_mutually_exclusive_group(required=True)
+    where.add_argument("--debs", type=Path, metavar="DIR", help=debs_help)
+    where.add_argument("--download", action="store_true",
+                       help="run 'apt-get download' for the packages into a temporary directory")
+
+
+def checked_out_dir(args: argparse.Namespace) -> Path:
+    """The resolved --out; an error if it exists and --force was not given."""
     out = args.out.resolve()
     if out.exists() and not args.force:
         raise ExtractError(f"{out} exists; use --force to replace it")
+    return out
+
+
+def deb_dir(args: argparse.Namespace, download_dir: str, download) -> Path:
+    """Where the .deb files are: ``download_dir`` after ``download(it)`` with
+    --download, else --debs DIR."""
+    if args.download:
+        debdir = Path(download_dir)
+        download(debdir)
+        return debdir
+    if not args.debs.is_dir():
+        raise ExtractError(f"--debs {args.debs}: not a directory")
+    return args.debs
+
+
+def run(args: argparse.Namespace) -> dict:
+    out = checked_out_dir(args)
     with tempfile.TemporaryDirectory(prefix="lo-help-debs-") as dl:
-        if args.download:
-            debdir = Path(dl)
-            download_debs([args.src, args.tgt], debdir)
-        else:
-            debdir = args.debs
-            if not debdir.is_dir():
-                raise ExtractError(f"--debs {debdir}: not a directory")
+        debdir = deb_dir(args, dl, lambda d: download_debs([args.src, args.tgt], d))
         src_pkg = read_help_deb(find_deb(debdir, args.src), args.src)
         tgt_pkg = read_help_deb(find_deb(debdir, args.tgt), args.tgt)
     corpus = build_corpus(src_pkg.files, tgt_pkg.files)
@@ -737,8 +792,7 @@ def run(args: argparse.Namespace) -> dict:
     shipped, ship_info = shipped_subsets(splits, args.max_train_words, args.train_size, args.seed)
     stats = {
         "languages": {"src": args.src, "tgt": args.tgt},
-        "packages": [{"package": p.package, "version": p.version, "deb": p.path.name,
-                      "bytes": p.size, "sha256": p.sha256} for p in (src_pkg, tgt_pkg)],
+        "packages": [package_entry(p) for p in (src_pkg, tgt_pkg)],
         "settings": {"seed": args.seed, "max_train_words": args.max_train_words,
                      "train_size": args.train_size, "max_eval_words": MAX_EVAL_WORDS,
                      "length_ratio": f"keep iff max_words <= {MAX_RATIO:g} * min_words "
@@ -755,12 +809,19 @@ def run(args: argparse.Namespace) -> dict:
     return stats
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def run_reporting_errors(run, args: argparse.Namespace) -> dict | None:
+    """``run(args)``; None after printing an ExtractError to stderr."""
     try:
-        stats = run(args)
+        return run(args)
     except ExtractError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return None
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    stats = run_reporting_errors(run, args)
+    if stats is None:
         return 1
     ex, sp, sh = stats["extraction"], stats["splits"], stats["shipped"]
     print(f"aligned segments: {ex['segments_aligned']}, pairs after filters: "

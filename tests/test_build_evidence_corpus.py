@@ -7,23 +7,13 @@ run offline in a few seconds.
 
 from __future__ import annotations
 
-import gzip
-import importlib.util
-import io
 import json
-import sys
-import tarfile
 from pathlib import Path
 
 import pytest
+from deb_fixtures import load_script, read_pairs, write_deb
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "build_evidence_corpus.py"
-
-_spec = importlib.util.spec_from_file_location("build_evidence_corpus", SCRIPT)
-bec = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = bec
-_spec.loader.exec_module(bec)
+bec = load_script("build_evidence_corpus")
 
 N_PAGES = 10
 FRACTION = "0.15"  # 30 pairs per source -> 2 whole pages each for valid and test
@@ -33,34 +23,11 @@ FRACTION = "0.15"  # 30 pairs per source -> 2 whole pages each for valid and tes
 # Fixture .deb files
 # --------------------------------------------------------------------------
 
-def ar_archive(members: list[tuple[str, bytes]]) -> bytes:
-    out = bytearray(b"!<arch>\n")
-    for name, data in members:
-        out += (f"{name:<16}{0:<12}{0:<6}{0:<6}{'100644':<8}{len(data):<10}"
-                .encode("ascii") + b"`\n" + data)
-        if len(data) % 2:
-            out += b"\n"
-    return bytes(out)
-
-
-def tar_xz(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:xz") as tar:
-        for name, data in sorted(files.items()):
-            info = tarfile.TarInfo("./" + name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 def make_deb(directory: Path, package: str, version: str, files: dict[str, str]) -> None:
-    control = (f"Package: {package}\nVersion: {version}\nArchitecture: all\n"
-               "Description: test\n").encode()
-    (directory / f"{package}_{version.replace(':', '%3a')}_all.deb").write_bytes(ar_archive([
-        ("debian-binary", b"2.0\n"),
-        ("control.tar.xz", tar_xz({"control": control})),
-        ("data.tar.xz", tar_xz({k: v.encode("utf-8") for k, v in files.items()})),
-    ]))
+    write_deb(directory / f"{package}_{version.replace(':', '%3a')}_all.deb",
+              f"Package: {package}\nVersion: {version}\nArchitecture: all\n"
+              "Description: test\n",
+              {k: v.encode("utf-8") for k, v in files.items()})
 
 
 LONG_EN = " ".join(["The long paragraph explains every option of the dialog in detail"] * 4) + "."
@@ -139,16 +106,6 @@ def build(debs: Path, out: Path, *extra: str) -> int:
                      *extra])
 
 
-def read_gz(path: Path) -> list[str]:
-    return gzip.decompress(path.read_bytes()).decode("utf-8").splitlines()
-
-
-def pairs(out: Path, split: str) -> list[tuple[str, str]]:
-    en, de = read_gz(out / f"{split}.en.gz"), read_gz(out / f"{split}.de.gz")
-    assert len(en) == len(de)
-    return list(zip(en, de))
-
-
 @pytest.fixture(scope="module")
 def built(debs, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("out") / "en-de"
@@ -184,7 +141,7 @@ def test_gimp_pairing_by_structure_and_mismatch_dropped(built):
     # per matching page: 5 translated blocks + "GIMP" (untranslated, dropped)
     assert g["dropped_untranslated"] == N_PAGES - 1
     assert g["pairs_after_filters"] == 5 * (N_PAGES - 1)
-    everything = [p for s in ("train", "valid", "test") for p in pairs(built, s)]
+    everything = [p for s in ("train", "valid", "test") for p in read_pairs(built, s)]
     assert ("Filter number 3", "Filter Nummer 3") in everything
     # whole block, not split into sentences
     assert ("The filter 3 blurs the image. It works on layers.",
@@ -194,7 +151,7 @@ def test_gimp_pairing_by_structure_and_mismatch_dropped(built):
 
 
 def test_libreoffice_part_has_no_length_cap(built):
-    everything = [p for s in ("train", "valid", "test") for p in pairs(built, s)]
+    everything = [p for s in ("train", "valid", "test") for p in read_pairs(built, s)]
     assert ("LibreOffice page 2", "LibreOffice-Seite 2") in everything
     assert len(LONG_EN.split()) > 30 and (LONG_EN, LONG_DE) in everything
 
@@ -213,7 +170,7 @@ def test_whole_document_splits_and_no_overlap(built):
     for name in ("valid", "test"):
         for f in st["heldout_files"]["gimp"][name]:
             page_no[("gimp", int(f.split("-")[1].split(".")[0]))] = name
-    data = {s: pairs(built, s) for s in ("train", "valid", "test")}
+    data = {s: read_pairs(built, s) for s in ("train", "valid", "test")}
     for split, ps in data.items():
         for en, _ in ps:
             if en.startswith(("LibreOffice page", "Opens dialog number")):

@@ -7,25 +7,18 @@ offline and fast.
 
 from __future__ import annotations
 
-import gzip
-import importlib.util
-import io
 import json
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
+from deb_fixtures import ROOT, ar_archive, load_script, read_gz, read_pairs, write_deb
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "extract_libreoffice_help.py"
 SHIPPED = ROOT / "data" / "libreoffice-help" / "en-de"
 
-_spec = importlib.util.spec_from_file_location("extract_libreoffice_help", SCRIPT)
-elh = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = elh
-_spec.loader.exec_module(elh)
+elh = load_script("extract_libreoffice_help")
 
 VERSION = "4:7.4.7-1+deb12u14"
 
@@ -34,39 +27,11 @@ VERSION = "4:7.4.7-1+deb12u14"
 # Fixture .deb builder
 # --------------------------------------------------------------------------
 
-def ar_archive(members: list[tuple[str, bytes]]) -> bytes:
-    out = bytearray(b"!<arch>\n")
-    for name, data in members:
-        header = (f"{name:<16}" f"{0:<12}" f"{0:<6}" f"{0:<6}" f"{'100644':<8}"
-                  f"{len(data):<10}").encode("ascii") + b"`\n"
-        assert len(header) == 60
-        out += header + data
-        if len(data) % 2:
-            out += b"\n"
-    return bytes(out)
-
-
-def tar_xz(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:xz") as tar:
-        for name, data in sorted(files.items()):
-            info = tarfile.TarInfo("./" + name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 def make_deb(path: Path, package: str, files: dict[str, str]) -> Path:
-    control = (f"Package: {package}\nSource: libreoffice\nVersion: {VERSION}\n"
-               "Architecture: all\nDescription: test\n").encode()
     data = {name: text.encode("utf-8") for name, text in files.items()}
     data[f"usr/share/doc/{package}/copyright"] = b"License: MPL-2.0\n"
-    path.write_bytes(ar_archive([
-        ("debian-binary", b"2.0\n"),
-        ("control.tar.xz", tar_xz({"control": control})),
-        ("data.tar.xz", tar_xz(data)),
-    ]))
-    return path
+    return write_deb(path, f"Package: {package}\nSource: libreoffice\nVersion: {VERSION}\n"
+                           "Architecture: all\nDescription: test\n", data)
 
 
 def page(lang: str, body: str) -> str:
@@ -186,17 +151,6 @@ def debs(tmp_path_factory) -> Path:
 def run_main(debs: Path, out: Path, *extra: str) -> int:
     return elh.main(["--src", "en", "--tgt", "de", "--debs", str(debs), "--out", str(out),
                      "--heldout-fraction", "0.1", *extra])
-
-
-def read_gz(path: Path) -> list[str]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return f.read().split("\n")[:-1]
-
-
-def read_pairs(out: Path, split: str) -> list[tuple[str, str]]:
-    en, de = read_gz(out / f"{split}.en.gz"), read_gz(out / f"{split}.de.gz")
-    assert len(en) == len(de)
-    return list(zip(en, de))
 
 
 @pytest.fixture(scope="module")

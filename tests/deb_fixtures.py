@@ -1,0 +1,70 @@
+"""Shared test helpers for the scripts that read Debian packages
+(scripts/extract_libreoffice_help.py, scripts/build_evidence_corpus.py):
+loading a script as a module, tiny synthetic .deb files (ar archive +
+control.tar.xz + data.tar.xz in the real layout) and reading the .gz output.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import io
+import sys
+import tarfile
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script(name: str) -> ModuleType:
+    """Import scripts/<name>.py (scripts/ is no package) as module ``name``."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def ar_archive(members: list[tuple[str, bytes]]) -> bytes:
+    out = bytearray(b"!<arch>\n")
+    for name, data in members:
+        header = (f"{name:<16}" f"{0:<12}" f"{0:<6}" f"{0:<6}" f"{'100644':<8}"
+                  f"{len(data):<10}").encode("ascii") + b"`\n"
+        assert len(header) == 60
+        out += header + data
+        if len(data) % 2:
+            out += b"\n"
+    return bytes(out)
+
+
+def tar_xz(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz") as tar:
+        for name, data in sorted(files.items()):
+            info = tarfile.TarInfo("./" + name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def write_deb(path: Path, control: str, data: dict[str, bytes]) -> Path:
+    """A .deb at ``path`` with the control file text ``control`` and the data
+    files ``data`` (path in the package -> contents)."""
+    path.write_bytes(ar_archive([
+        ("debian-binary", b"2.0\n"),
+        ("control.tar.xz", tar_xz({"control": control.encode()})),
+        ("data.tar.xz", tar_xz(data)),
+    ]))
+    return path
+
+
+def read_gz(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return f.read().split("\n")[:-1]
+
+
+def read_pairs(out: Path, split: str) -> list[tuple[str, str]]:
+    en, de = read_gz(out / f"{split}.en.gz"), read_gz(out / f"{split}.de.gz")
+    assert len(en) == len(de)
+    return list(zip(en, de))
