@@ -5,8 +5,8 @@
                                        [--average-dir SAVE_DIR]
 
 With ``--average-dir``, CKPT is first written (if it does not exist) as the average of the last 3
-update checkpoints of SAVE_DIR (``deepnmt-average-checkpoints --inputs SAVE_DIR
---num-update-checkpoints 3 --output CKPT``, in this process).
+checkpoints of SAVE_DIR by update, interval and epoch checkpoints alike (``deepnmt-average-checkpoints
+--inputs SAVE_DIR --num-checkpoints 3 --output CKPT``, in this process).
 
 Prints one JSON object:
 
@@ -86,12 +86,12 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--unk-gap", action="store_true")
     ap.add_argument("--cpu", action="store_true")
-    ap.add_argument("--average-dir", help="write CKPT as the average of this directory's last 3 update checkpoints")
+    ap.add_argument("--average-dir", help="write CKPT as the average of this directory's last 3 checkpoints by update")
     a = ap.parse_args(argv)
     if a.average_dir and not Path(a.checkpoint).exists():
         from deepnmt_fairseq.cli import average_checkpoints
 
-        average_checkpoints.main(["--inputs", a.average_dir, "--num-update-checkpoints", "3", "--output", a.checkpoint])
+        average_checkpoints.main(["--inputs", a.average_dir, "--num-checkpoints", "3", "--output", a.checkpoint])
 
     import sacrebleu
     import torch
