@@ -68,3 +68,12 @@ def read_pairs(out: Path, split: str) -> list[tuple[str, str]]:
     en, de = read_gz(out / f"{split}.en.gz"), read_gz(out / f"{split}.de.gz")
     assert len(en) == len(de)
     return list(zip(en, de))
+
+
+def assert_same_files(a: Path, b: Path) -> list[str]:
+    """Two output directories hold the same file names with byte-identical contents; returns the names."""
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted(p.name for p in b.iterdir())
+    for name in names:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    return names

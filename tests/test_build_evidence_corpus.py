@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from deb_fixtures import load_script, read_pairs, write_deb
+from deb_fixtures import assert_same_files, load_script, read_pairs, write_deb
 
 bec = load_script("build_evidence_corpus")
 
@@ -215,10 +215,7 @@ def test_stats_and_notice(built):
 def test_reproducible_byte_identical(debs, built, tmp_path):
     out = tmp_path / "again"
     assert build(debs, out) == 0
-    names = sorted(p.name for p in built.iterdir())
-    assert names == sorted(p.name for p in out.iterdir())
-    for name in names:
-        assert (built / name).read_bytes() == (out / name).read_bytes(), name
+    assert_same_files(built, out)
 
 
 def test_refuses_to_overwrite_unless_force(debs, tmp_path, capsys):

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from deb_fixtures import ROOT, ar_archive, load_script, read_gz, read_pairs, write_deb
+from deb_fixtures import ROOT, ar_archive, assert_same_files, load_script, read_gz, read_pairs, write_deb
 
 SCRIPT = ROOT / "scripts" / "extract_libreoffice_help.py"
 SHIPPED = ROOT / "data" / "libreoffice-help" / "en-de"
@@ -381,10 +381,7 @@ def test_choose_heldout_files_whole_files_and_size():
 def test_deterministic_byte_identical(debs, built, tmp_path):
     out2 = tmp_path / "again"
     assert run_main(debs, out2) == 0
-    files = sorted(x.name for x in built.iterdir())
-    assert files == sorted(x.name for x in out2.iterdir())
-    for name in files:
-        assert (built / name).read_bytes() == (out2 / name).read_bytes(), name
+    for name in assert_same_files(built, out2):
         if name.endswith(".gz"):  # no timestamp or file name in the gzip header
             header = (built / name).read_bytes()[:10]
             assert header[4:8] == b"\0\0\0\0" and header[3] & 0x08 == 0
