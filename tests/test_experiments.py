@@ -509,12 +509,7 @@ def corpus_env(tmp_path_factory):
                 f.writelines(lines)
     work = root / "qs"
     work.mkdir()
-    saved = quickstart.DATA
-    quickstart.DATA = small
-    try:
-        bin_dir = quickstart.prepare(work, 1000)
-    finally:
-        quickstart.DATA = saved
+    bin_dir = quickstart.prepare(work, 1000, data=small)
     data = root / "data"
     for ds in ("iwslt14-en-de", "wmt14-en-de", "wmt14-en-de-dd", "wmt14-en-de-gpkd"):
         d = data / ds
