@@ -44,6 +44,7 @@ import argparse
 import dataclasses
 import importlib.util
 import json
+import logging
 import math
 import os
 import shlex
@@ -51,6 +52,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -136,6 +138,80 @@ def exe(name):
     return str(cand) if cand.exists() else name
 
 
+# imported once by the launcher's fork server; every command then starts without these imports
+PRELOAD = ("torch", "fairseq_cli.train", "fairseq_cli.generate", "deepnmt_fairseq")
+_FORKSERVER_LOCK = threading.Lock()
+
+
+class Launcher:
+    """Runs the study's commands (console scripts, or ``python SCRIPT.py ...``) with exactly their
+    argv and environment, as children forked from one interpreter that has imported :data:`PRELOAD`
+    (multiprocessing's fork server).  A fresh ``fairseq-train`` spends about 6 CPU-seconds in
+    imports; the study starts a few hundred commands.  ``fork=False`` runs them as subprocesses."""
+
+    def __init__(self, env: Dict[str, str], threads: int, fork: bool = True):
+        import multiprocessing
+
+        self.env, self.threads = dict(env), threads
+        self.fork = fork and "forkserver" in multiprocessing.get_all_start_methods()
+        if self.fork:
+            self.ctx = multiprocessing.get_context("forkserver")
+            self.ctx.set_forkserver_preload(list(PRELOAD))
+
+    def _ensure_server(self):
+        # the fork server starts (once per process) with the commands' environment, so that what
+        # is read at interpreter start (PYTHONWARNINGS) is theirs
+        from multiprocessing import forkserver
+
+        with _FORKSERVER_LOCK:
+            saved = dict(os.environ)
+            os.environ.clear()
+            os.environ.update(self.env)
+            try:
+                forkserver.ensure_running()
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
+
+    def run(self, cmd: Sequence[str], out: Path, err: Optional[Path] = None) -> int:
+        """Run ``cmd``, appending its stdout to ``out`` and its stderr to ``err`` (default: ``out``);
+        returns the exit code."""
+        cmd = [str(c) for c in cmd]
+        err = err or out
+        if not self.fork:
+            with open(out, "a") as fo, open(err, "a") as fe:
+                return subprocess.run(cmd, stdout=fo, stderr=fe if err != out else subprocess.STDOUT,
+                                      env=self.env).returncode
+        self._ensure_server()
+        proc = self.ctx.Process(target=_launched, args=(cmd, self.env, self.threads, str(out), str(err)))
+        proc.start()
+        proc.join()
+        return proc.exitcode if proc.exitcode >= 0 else 128 - proc.exitcode
+
+
+def _launched(cmd: List[str], env: Dict[str, str], threads: int, out: str, err: str) -> None:
+    """The child of :class:`Launcher`: the command's environment, threads, argv and output files,
+    then its console-script entry point (or ``runpy`` for ``python SCRIPT.py``)."""
+    import runpy
+    from importlib.metadata import entry_points
+
+    import torch
+
+    os.environ.clear()
+    os.environ.update(env)
+    torch.set_num_threads(threads)
+    for fd, path in ((1, out), (2, err)):
+        sys.stdout.flush(), sys.stderr.flush()
+        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644), fd)
+    if Path(cmd[0]).name.startswith("python") and cmd[1].endswith(".py"):
+        sys.argv = cmd[1:]
+        runpy.run_path(cmd[1], run_name="__main__")
+        return
+    sys.argv = cmd
+    (ep,) = entry_points(group="console_scripts", name=Path(cmd[0]).name)
+    sys.exit(ep.load()())
+
+
 def load_quickstart():
     """scripts/quickstart.py of this checkout (its prepare() builds the binarized corpus)."""
     if "deepnmt_quickstart" not in sys.modules:
@@ -177,7 +253,7 @@ def model_flags(p: Preset, enc: int, dec: int, *flags: str) -> List[str]:
 
 class Study:
     def __init__(self, preset: Preset, work: Path, data: Path, raw: Path, threads: int = 1,
-                 short_first: bool = False):
+                 short_first: bool = False, fork: bool = True):
         self.p, self.work, self.data, self.raw = preset, work, data, raw
         self.short_first = short_first
         # runs go in parallel (--jobs), each with this many threads: small models use cores
@@ -187,6 +263,7 @@ class Study:
         from deepnmt_fairseq.console import child_env
 
         self.env = child_env(self.env)
+        self.launch = Launcher(self.env, threads, fork)
 
     def dir(self, name: str) -> Path:
         return self.work / "runs" / name
@@ -232,13 +309,12 @@ class Study:
         t0 = time.time()
         if not (save / ".trained").exists():
             log(f"train {r.name}")
-            with open(save / "train.log", "a") as f:
-                res = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=self.env)
-            if res.returncode != 0:
+            code = self.launch.run(cmd, save / "train.log")
+            if code != 0:
                 out = {"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd),
-                       "returncode": res.returncode, "diverged": True, "losses": self.losses(save)}
+                       "returncode": code, "diverged": True, "losses": self.losses(save)}
                 text = (save / "train.log").read_text(errors="replace")
-                log(f"  {r.name} FAILED (exit {res.returncode}): " + " / ".join(text.splitlines()[-3:]))
+                log(f"  {r.name} FAILED (exit {code}): " + " / ".join(text.splitlines()[-3:]))
                 if any(sign in text for sign in DIVERGED):  # deterministic: recorded, not retried
                     (save / "done.json").write_text(json.dumps(out, indent=1) + "\n")
                 return out  # any other failure (killed, out of memory) is retried by a re-run
@@ -296,12 +372,19 @@ class Study:
     def evaluate(self, ckpt: Path, unk_gap: bool = False, average_dir: Optional[Path] = None) -> dict:
         """valid NLL, test BLEU, train-sample BLEU (and the UNK-source gap): fidelity_eval.py."""
         cmd = self.eval_command(ckpt, unk_gap, average_dir)
-        res = subprocess.run(cmd, capture_output=True, text=True, env=self.env)
-        if res.returncode != 0:
-            raise RuntimeError(f"evaluation of {ckpt} failed:\n{res.stderr[-3000:]}")
-        out = json.loads(res.stdout.strip().splitlines()[-1])
+        stdout, stderr = ckpt.parent / "eval.out", ckpt.parent / "eval.log"
+        stdout.unlink(missing_ok=True)
+        if self.launch.run(cmd, stdout, stderr) != 0:
+            raise RuntimeError(f"evaluation of {ckpt} failed:\n{stderr.read_text(errors='replace')[-3000:]}")
+        out = json.loads(stdout.read_text().strip().splitlines()[-1])
         out["eval_command"] = _portable(cmd)
         return out
+
+    def call(self, cmd: Sequence, log_file: Path) -> None:
+        """A command that must succeed (its output appended to ``log_file``)."""
+        if self.launch.run(cmd, log_file) != 0:
+            text = log_file.read_text(errors="replace")
+            raise RuntimeError(f"{_portable([str(c) for c in cmd])} failed:\n{text[-3000:]}")
 
     def device(self) -> List[str]:
         return [] if ("--bf16" in self.p.extra or "--fp16" in self.p.extra) else ["--cpu"]
@@ -402,14 +485,13 @@ def gpkd_student_runs(study: Study, p: Preset, seeds, jobs: int) -> List[Run]:
     skd = study.work / "skd-bin"
     if not (skd / ".done").exists():
         log("SKD data: the averaged teacher translates the training set")
-        subprocess.run([exe("deepnmt-skd"), "--data", str(study.data), "--teacher", str(avg), "--output", str(skd),
-                        "--batch-size", "128", "--shards", str(jobs), *study.device()], check=True, env=study.env,
-                       capture_output=True, text=True)
+        study.call([exe("deepnmt-skd"), "--data", study.data, "--teacher", avg, "--output", skd,
+                    "--batch-size", "128", "--shards", str(jobs), *study.device()], study.work / "skd.log")
     h = p.teacher_layers // p.depths[0]
     student = study.work / "student-init.pt"
     if not student.exists():  # one layer per group of h (Eq. 4), h = the teacher's GP group size
-        subprocess.run([exe("deepnmt-extract-student"), "--teacher", str(avg), "--encoder-group-size", str(h),
-                        "--output", str(student)], check=True, env=study.env, capture_output=True, text=True)
+        study.call([exe("deepnmt-extract-student"), "--teacher", avg, "--encoder-group-size", str(h),
+                    "--output", student], study.work / "extract-student.log")
     shape = model_flags(p, p.depths[0], p.decoder_layers)
     return (seeded(f"gpkd-student-{p.depths[0]}", seeds, model=shape, data=skd, init=("finetune", student))
             + seeded(f"skd-only-{p.depths[0]}", seeds, model=shape, data=skd))
@@ -495,9 +577,16 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1, help="torch threads per run")
     ap.add_argument("--order", choices=["long-first", "short-first"], default="long-first",
                     help="order of the independent runs (long-first: shortest total time)")
+    ap.add_argument("--exec", action="store_true",
+                    help="start every command as a new process (default: forked from one interpreter that "
+                         "has imported torch and fairseq; same argv and environment, without the imports)")
     ap.add_argument("--corpus", help="corpus directory ({train,valid,test}.{en,de}.gz); default: the preset's")
     ap.add_argument("--report", default=str(REPO / "docs" / "fidelity.md"))
     a = ap.parse_args(argv)
+    # fairseq's wav2vec2_classification module calls logging.basicConfig(level=DEBUG) when it is
+    # imported (by the checkpoint reader here); configure the root logger first so that its
+    # call does nothing and matplotlib's font search does not flood the output
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     if len(set(a.seeds)) < 2:
         ap.error("--seeds: every headline comparison needs at least 2 seeds (issue 16)")
     p = PRESETS[a.preset]
@@ -514,7 +603,7 @@ def main(argv=None):
     stamp.write_text(json.dumps(settings, indent=1) + "\n")
     if not a.report_only:
         data, tok = prepare(p, work)
-        study = Study(p, work, data, tok, a.threads, a.order == "short-first")
+        study = Study(p, work, data, tok, a.threads, a.order == "short-first", fork=not a.exec)
         run_study(study, p, a.only, a.seeds, a.jobs)
     results = {}
     for done in sorted((work / "runs").glob("*/done.json")):

@@ -118,3 +118,31 @@ def test_a_work_dir_of_other_settings_is_refused(tmp_path, monkeypatch):
         dataclasses.replace(fidelity.PRESETS["tiny"], lr=0.5)), default=list))
     with pytest.raises(SystemExit, match="other settings.*'lr': \\(0.5, 0.001\\)"):
         fidelity.main(["--preset", "tiny", "--work-dir", str(tmp_path), "--report-only"])
+
+
+@pytest.mark.parametrize("fork", [True, False])
+def test_launcher_runs_the_command_with_its_argv_environment_and_exit_code(tmp_path, fork):
+    """The study's commands run forked from a pre-imported interpreter (or as subprocesses) with
+    exactly their argv and environment; output is appended, the exit code returned."""
+    import os
+    import sys
+
+    import fidelity
+
+    script = tmp_path / "probe.py"
+    script.write_text("import os, sys, torch\n"
+                      "print(sys.argv[1:], os.environ['PROBE'], torch.get_num_threads(), flush=True)\n"
+                      "print('to stderr', file=sys.stderr)\n"
+                      "sys.exit(int(sys.argv[1]))\n")
+    launcher = fidelity.Launcher(dict(os.environ, PROBE="seen", OMP_NUM_THREADS="1"), threads=1, fork=fork)
+    assert launcher.fork == fork
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    out.write_text("earlier\n")
+    assert launcher.run([sys.executable, script, "3", "a b"], out, err) == 3
+    assert launcher.run([sys.executable, script, "0", "c"], out, err) == 0
+    assert out.read_text() == "earlier\n['3', 'a b'] seen 1\n['0', 'c'] seen 1\n"
+    assert err.read_text() == "to stderr\nto stderr\n"
+    # a console script by its entry point, as fairseq-train is run
+    assert launcher.run([fidelity.exe("deepnmt-extract-student"), "--help"], out) == 0
+    assert "--encoder-group-size" in out.read_text()
+    assert "PROBE" not in os.environ  # the study's own environment is left as it was
