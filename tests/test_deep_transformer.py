@@ -242,3 +242,22 @@ def test_encoder_without_residuals():
         ref = layer.final_layer_norm(f)  # no "+ h"
         assert torch.allclose(layer(x, None), ref, atol=1e-5)
     assert model.decoder.layers[0]._residual  # decoder keeps its residuals
+
+
+@pytest.mark.parametrize("ours, fairseqs", [
+    (["--post-norm"], []),
+    ([], ["--encoder-normalize-before", "--decoder-normalize-before"]),
+])
+def test_plain_stacks_are_fairseqs_transformer(ours, fairseqs):
+    """With no plugin option, the plugin's post-norm and pre-norm stacks are fairseq's own
+    ``transformer`` (same parameters, same initialisation from the same seed, same outputs): the
+    post-norm baseline of the evidence study is fairseq's, not a variant of it."""
+    shape = ["--encoder-layers", "3", "--decoder-layers", "2", "--share-all-embeddings"]
+    mine = build_model("deepnmt_transformer", TINY + shape + ours, seed=4).eval()
+    theirs = build_model("transformer", TINY + shape + fairseqs, seed=4).eval()
+    a, b = mine.state_dict(), theirs.state_dict()
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    src, lens, tgt = random_batch(mine)
+    with torch.no_grad():
+        assert torch.equal(mine(src, lens, tgt)[0], theirs(src, lens, tgt)[0])

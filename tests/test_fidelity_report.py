@@ -146,3 +146,23 @@ def test_launcher_runs_the_command_with_its_argv_environment_and_exit_code(tmp_p
     assert launcher.run([fidelity.exe("deepnmt-extract-student"), "--help"], out) == 0
     assert "--encoder-group-size" in out.read_text()
     assert "PROBE" not in os.environ  # the study's own environment is left as it was
+
+
+def test_post_norm_runs_use_the_presets_post_norm_schedule(tmp_path):
+    """Post-norm and transparent-on-post-norm runs train at the preset's post-norm lr and warm-up
+    (tuned at 6-3, benchmarks/fidelity_findings.md); every other run at the shared ones."""
+    import shlex
+
+    import fidelity
+
+    p = fidelity.PRESETS["cpu"]
+    assert p.postnorm_lr is not None and p.postnorm_lr != p.lr
+    study = fidelity.Study(p, tmp_path, tmp_path / "bin", tmp_path / "tok", fork=False)
+    seen = set()
+    for r in fidelity.depth_runs(p, [1]):
+        cmd = shlex.split(fidelity._portable(study.train_command(r)))
+        lr, warmup = float(cmd[cmd.index("--lr") + 1]), int(cmd[cmd.index("--warmup-updates") + 1])
+        post = "--post-norm" in cmd
+        assert (lr, warmup) == ((p.postnorm_lr, p.postnorm_warmup) if post else (p.lr, p.warmup)), r.name
+        seen.add(r.system.rsplit("-", 1)[0] if post else None)
+    assert {"postnorm", "transparent-post"} <= seen
