@@ -9,7 +9,12 @@ Steps (each is skipped when its output is complete; nothing is overwritten):
   3. fairseq-train a small MSC model of this plugin (--user-dir);
   4. average the last checkpoints (deepnmt-average-checkpoints);
   5. fairseq-generate on the test split (beam 5, no sentence dropped);
-  6. detokenize and score with sacreBLEU, next to a copy-the-source baseline.
+  6. detokenize and score with sacreBLEU, next to a copy-the-source baseline;
+  7. deployment (with the deploy extra, CTranslate2): the MSC model cannot be exported (its
+     decoder reads encoder blocks and context states), so a pre-norm model of the same depths,
+     trained with the same settings, is exported int8 (deepnmt-export-ct2) and translates the
+     raw test set (deepnmt-translate); its sacreBLEU and speed are printed beside its
+     fairseq-generate's.  --deploy off skips the step.
 
 A re-run with the same settings only prints the results; a re-run with other
 settings refuses to touch the existing work directory (use a new --work-dir).
@@ -20,8 +25,10 @@ from __future__ import annotations
 import argparse
 import gzip
 import hashlib
+import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -119,9 +126,13 @@ def prepare(work: Path, bpe_merges: int, train_pairs: int | None = None, data: P
 
 
 # ---------------------------------------------------------------- step 3-4
-def model_flags(a) -> list:
+def model_flags(a, prenorm: bool = False) -> list:
+    """The quickstart's MSC model; ``prenorm``: the plain pre-norm stack of the same depths
+    (N * M encoder layers, N decoder layers), which CTranslate2 can run."""
+    depth = (["--encoder-layers", str(a.blocks * a.block_layers)] if prenorm
+             else ["--deep-memory", "msc", "--msc-block-layers", str(a.block_layers)])
     return [
-        "--arch", "deepnmt_transformer", "--deep-memory", "msc", "--msc-block-layers", str(a.block_layers),
+        "--arch", "deepnmt_transformer", *depth,
         "--decoder-layers", str(a.blocks), "--share-all-embeddings",
         "--encoder-embed-dim", str(a.dim), "--decoder-embed-dim", str(a.dim),
         "--encoder-ffn-embed-dim", str(2 * a.dim), "--decoder-ffn-embed-dim", str(2 * a.dim),
@@ -130,7 +141,7 @@ def model_flags(a) -> list:
     ]
 
 
-def train(work: Path, bin_dir: Path, a) -> Path:
+def train(work: Path, bin_dir: Path, a, prenorm: bool = False) -> Path:
     ckpt = work / "checkpoints"
     avg = ckpt / "checkpoint_avg.pt"
     if avg.exists():
@@ -138,7 +149,7 @@ def train(work: Path, bin_dir: Path, a) -> Path:
         return avg
     ckpt.mkdir(parents=True, exist_ok=True)
     if not done(ckpt):
-        run([bin_path("fairseq-train"), bin_dir, "--user-dir", REPO / "deepnmt_fairseq", *model_flags(a),
+        run([bin_path("fairseq-train"), bin_dir, "--user-dir", REPO / "deepnmt_fairseq", *model_flags(a, prenorm),
              "--task", "translation", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
              "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
              "--lr", str(a.lr), "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(a.warmup),
@@ -154,11 +165,11 @@ def train(work: Path, bin_dir: Path, a) -> Path:
 
 
 # ---------------------------------------------------------------- step 5-6
-def evaluate(work: Path, bin_dir: Path, model: Path, a) -> dict:
+def evaluate(work: Path, bin_dir: Path, model: Path, a, out_dir: Path | None = None) -> dict:
     import sacrebleu
     from sacremoses import MosesDetokenizer
 
-    out_dir = work / "eval"
+    out_dir = out_dir or work / "eval"
     results = out_dir / "results.json"
     if results.exists():
         return json.loads(results.read_text())
@@ -166,11 +177,12 @@ def evaluate(work: Path, bin_dir: Path, model: Path, a) -> dict:
     gen = out_dir / "generate-test.txt"
     if not gen.exists():
         tmp = gen.with_suffix(".partial")
-        with open(tmp, "w", encoding="utf-8") as f:
+        # fairseq's log (its "Translated ... tokens/s" line) goes to stderr
+        with open(tmp, "w", encoding="utf-8") as f, open(out_dir / "generate-test.log", "w", encoding="utf-8") as e:
             run([bin_path("fairseq-generate"), bin_dir, "--user-dir", REPO / "deepnmt_fairseq", "--path", model,
                  "--gen-subset", "test", "--beam", "5", "--lenpen", "1.0", "--batch-size", "64",
                  "--max-len-a", "1.2", "--max-len-b", str(a.max_len_b),
-                 "--required-batch-size-multiple", "1", "--remove-bpe", "--cpu"], stdout=f)
+                 "--required-batch-size-multiple", "1", "--remove-bpe", "--cpu"], stdout=f, stderr=e)
         tmp.replace(gen)
     from deepnmt_fairseq.generate_output import parse_generate
 
@@ -180,6 +192,9 @@ def evaluate(work: Path, bin_dir: Path, model: Path, a) -> dict:
     srcs = (tok / f"test.raw.{SRC}").read_text(encoding="utf-8").splitlines()
     if len(hyps) != len(refs):
         raise SystemExit(f"fairseq-generate translated {len(hyps)} of {len(refs)} test sentences")
+    gen_log = out_dir / "generate-test.log"
+    speed = re.search(r"Translated [\d,]+ sentences \(([\d,]+) tokens\) in ([\d.]+)s",
+                      gen_log.read_text(encoding="utf-8") if gen_log.exists() else "")
     md = MosesDetokenizer(lang=TGT)
     detok = [md.detokenize(hyps[i].split()) for i in range(len(refs))]
     hyp_file = out_dir / f"test.hyp.{TGT}"
@@ -195,6 +210,8 @@ def evaluate(work: Path, bin_dir: Path, model: Path, a) -> dict:
         "tokenized_bleu": round(tok_bleu.score, 2),
         "copy_source_sacrebleu": round(copy.score, 2),
         "sentences": len(refs),
+        # fairseq-generate's own count: target subword tokens per second of its generation loop
+        "tokens_per_s": round(int(speed[1].replace(",", "")) / max(float(speed[2]), 1e-9), 1) if speed else None,
         "translations": str(hyp_file),
         "model": str(model),
     }
@@ -217,6 +234,51 @@ def deployment_note(model: Path, bin_dir: Path) -> str:
     return f"CTranslate2 export: deepnmt-export-ct2 {model} OUT_DIR --quantization int8"
 
 
+# ---------------------------------------------------------------- step 7
+def deploy(work: Path, bin_dir: Path, a) -> dict:
+    """A pre-norm model of the quickstart's depths, trained and evaluated like the MSC model,
+    exported int8 to CTranslate2 and run by deepnmt-translate on the raw test sentences."""
+    import sacrebleu
+
+    d = work / "deploy"
+    results = d / "results.json"
+    if results.exists():
+        return json.loads(results.read_text())
+    d.mkdir(parents=True, exist_ok=True)
+    model = train(d, bin_dir, a, prenorm=True)
+    fs = evaluate(work, bin_dir, model, a, out_dir=d / "eval")
+    ct2 = d / "ct2-int8"
+    if not (ct2 / ".done").exists():
+        run([bin_path("deepnmt-export-ct2"), model, ct2, "--quantization", "int8", "--data", bin_dir,
+             "--bpe-codes", work / "tok" / "bpe.codes", "--force"])
+        mark(ct2)
+    tok = work / "tok"
+    hyp = d / f"test.ct2.{TGT}"
+    log_file = d / "translate.log"
+    with open(log_file, "w", encoding="utf-8") as err:
+        run([bin_path("deepnmt-translate"), "--model", ct2, "--input", tok / f"test.raw.{SRC}", "--output", hyp,
+             "--beam", "5", "--lenpen", "1.0", "--batch-size", "64", "--no-progress"], stderr=err)
+    m = re.search(r"(\d+) lines, (\d+) target tokens in ([\d.]+) s", log_file.read_text(encoding="utf-8"))
+    refs = (tok / f"test.raw.{TGT}").read_text(encoding="utf-8").splitlines()
+    out = hyp.read_text(encoding="utf-8").splitlines()
+    if not m or len(out) != len(refs):
+        raise SystemExit(f"deepnmt-translate wrote {len(out)} lines for {len(refs)} test sentences ({log_file})")
+    res = {"fairseq": fs, "ct2_int8_sacrebleu": round(sacrebleu.corpus_bleu(out, [refs]).score, 2),
+           "ct2_int8_tokens_per_s": round(int(m[2]) / max(float(m[3]), 1e-9), 1), "ct2_model": str(ct2),
+           "ct2_translations": str(hyp)}
+    results.write_text(json.dumps(res, indent=2) + "\n")
+    return res
+
+
+def deploy_line(res: dict) -> str:
+    fs = res["fairseq"]
+    ratio = (f", {res['ct2_int8_tokens_per_s'] / fs['tokens_per_s']:.1f}x fairseq-generate's speed"
+             if fs.get("tokens_per_s") else "")
+    return (f"exported (MSC is not exportable; a pre-norm model of the same depths, same settings): CTranslate2 "
+            f"int8 sacreBLEU {res['ct2_int8_sacrebleu']} at {res['ct2_int8_tokens_per_s']:.0f} tok/s, fairseq-generate "
+            f"{fs['sacrebleu']} at {fs['tokens_per_s'] or 0:.0f} tok/s{ratio} ({res['ct2_model']})")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work-dir", default=str(REPO / "work" / "quickstart"))
@@ -233,11 +295,14 @@ def main(argv=None) -> int:
     p.add_argument("--average", type=int, default=3, help="average the last K checkpoints")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--max-len-b", type=int, default=10, help="hypotheses are at most 1.2*src_len + b tokens")
+    p.add_argument("--deploy", choices=["auto", "on", "off"], default="auto",
+                   help="step 7, the CTranslate2 export of a pre-norm model (auto: when the deploy extra is installed)")
     a = p.parse_args(argv)
     t0 = time.time()
     work = Path(a.work_dir).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    settings = {k: v for k, v in vars(a).items() if k != "work_dir"}
+    # --deploy adds a step and changes no result: not part of the settings a work dir is tied to
+    settings = {k: v for k, v in vars(a).items() if k not in ("work_dir", "deploy")}
     stamp = work / "settings.json"
     if stamp.exists() and json.loads(stamp.read_text()) != settings:
         old = json.loads(stamp.read_text())
@@ -257,6 +322,10 @@ def main(argv=None) -> int:
     print(f"translations: {res['translations']}")
     print(f"model:        {res['model']}")
     print(deployment_note(Path(res["model"]), bin_dir))
+    if a.deploy == "on" or (a.deploy == "auto" and importlib.util.find_spec("ctranslate2") is not None):
+        print(deploy_line(deploy(work, bin_dir, a)))
+    elif a.deploy == "auto":
+        print("step 7 (CTranslate2 export) skipped: pip install '.[deploy]' to run it")
     print(f"results:      {work / 'eval' / 'results.json'}  ({time.time() - t0:.0f} s this run)")
     return 0
 

@@ -31,6 +31,15 @@ def test_quickstart_smoke_and_rerun(tmp_path):
     assert len(hyp_lines) == 1059  # every test sentence translated, in order
     assert "sacreBLEU" in first.stdout and "copy-the-source baseline" in first.stdout
     assert (work / "checkpoints" / "checkpoint_avg.pt").exists()
+    # step 7 (the deploy extra is installed by the test setup): the pre-norm model of the same
+    # depths, exported int8, translates every raw test sentence in order
+    dep = json.loads((work / "deploy" / "results.json").read_text())
+    assert "exported (MSC is not exportable" in first.stdout and f"int8 sacreBLEU {dep['ct2_int8_sacrebleu']}" in first.stdout
+    assert len(Path(dep["ct2_translations"]).read_text(encoding="utf-8").splitlines()) == 1059
+    assert dep["ct2_int8_tokens_per_s"] > 0 and dep["fairseq"]["tokens_per_s"] > 0
+    assert dep["fairseq"]["sentences"] == 1059
+    train_cmds = [ln for ln in first.stdout.splitlines() if "fairseq-train" in ln]
+    assert len(train_cmds) == 2 and "--deep-memory msc" in train_cmds[0] and "--deep-memory" not in train_cmds[1]
 
     stamp = (work / "checkpoints" / "checkpoint_avg.pt").stat().st_mtime
     t0 = time.time()
