@@ -27,6 +27,7 @@ import gzip
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import re
 import shutil
@@ -257,7 +258,8 @@ def deploy(work: Path, bin_dir: Path, a) -> dict:
     log_file = d / "translate.log"
     with open(log_file, "w", encoding="utf-8") as err:
         run([bin_path("deepnmt-translate"), "--model", ct2, "--input", tok / f"test.raw.{SRC}", "--output", hyp,
-             "--beam", "5", "--lenpen", "1.0", "--batch-size", "64", "--no-progress"], stderr=err)
+             "--beam", "5", "--lenpen", "1.0", "--batch-size", "64", "--max-len-a", "1.2", "--max-len", str(a.max_len_b),
+             "--no-progress"], stderr=err)
     m = re.search(r"(\d+) lines, (\d+) target tokens in ([\d.]+) s", log_file.read_text(encoding="utf-8"))
     refs = (tok / f"test.raw.{TGT}").read_text(encoding="utf-8").splitlines()
     out = hyp.read_text(encoding="utf-8").splitlines()
@@ -298,6 +300,9 @@ def main(argv=None) -> int:
     p.add_argument("--deploy", choices=["auto", "on", "off"], default="auto",
                    help="step 7, the CTranslate2 export of a pre-norm model (auto: when the deploy extra is installed)")
     a = p.parse_args(argv)
+    # the in-process model loads (deployment note) import fairseq, one of whose modules calls
+    # logging.basicConfig(level=DEBUG): configure the root logger first, quietly
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     t0 = time.time()
     work = Path(a.work_dir).resolve()
     work.mkdir(parents=True, exist_ok=True)

@@ -344,3 +344,30 @@ def test_discover_tokenization_recorded_by_data_preparation(tmp_path):
     assert path == qs / "tok" / "bpe.codes" and tok.segmenter == "subword-nmt" and tok.moses
     tok, path = discover(str(tmp_path / "nothing"), "de", "en")
     assert path is None and tok.segmenter == "none"
+
+
+def test_max_len_a_is_fairseqs_per_batch_limit_and_order_is_kept():
+    """--max-len-a: length-sorted batches of --batch-size, each limited to int(a * (longest source
+    + </s>) + b) target tokens as fairseq's SequenceGenerator does; hypotheses come back in input
+    order and an empty source stays empty."""
+    from types import SimpleNamespace
+
+    from deepnmt_fairseq.deploy.translate import DeployedModel
+
+    calls = []
+
+    class Recorder:
+        def translate_batch(self, batch, **opts):
+            calls.append(([len(s) for s in batch], opts["max_decoding_length"]))
+            return [SimpleNamespace(hypotheses=[["h", str(len(s))]]) for s in batch]
+
+    m = DeployedModel.__new__(DeployedModel)
+    m.translator, m.max_target_positions = Recorder(), 30
+    sources = [["w"] * n for n in (5, 1, 0, 9, 2, 20)]
+    out = m.translate_tokens(sources, beam=4, lenpen=1.0, max_len=3, batch_size=2, max_len_a=1.2)
+    assert out == [["h", "5"], ["h", "1"], [], ["h", "9"], ["h", "2"], ["h", "20"]]
+    # sorted 1, 2 | 5, 9 | 20: limits int(1.2 * 3 + 3), int(1.2 * 10 + 3), min(int(1.2 * 21 + 3), 29)
+    assert calls == [([1, 2], 6), ([5, 9], 15), ([20], 28)]
+    calls.clear()
+    assert m.translate_tokens(sources, beam=4, lenpen=1.0, max_len=3, batch_size=2) == out
+    assert calls == [([5, 1, 9, 2, 20], 3)]  # a = 0: one call, the fixed limit, CTranslate2 batches

@@ -64,8 +64,9 @@ class DeployedModel:
                                          intra_threads=intra_threads, inter_threads=inter_threads)
 
     def search_options(self, beam: int = 5, lenpen: float = 1.0, max_len: int = 200, batch_size: int = 32,
-                       batch_type: str = "examples") -> dict:
-        """CTranslate2 options that reproduce fairseq-generate's search."""
+                       batch_type: str = "examples", max_len_a: float = 0.0) -> dict:
+        """CTranslate2 options that reproduce fairseq-generate's search (``max_len`` is fairseq's
+        ``--max-len-b``; ``max_len_a`` is applied per batch by :meth:`translate_tokens`)."""
         # fairseq: max_len = min(max_len_b, max_decoder_positions - 1) tokens, then </s> is forced
         # (and scored); CTranslate2 stops after max_decoding_length tokens without </s> (measured),
         # so a hypothesis cut at the limit can rank differently; below the limit the searches agree.
@@ -76,13 +77,32 @@ class DeployedModel:
                     max_input_length=0, return_scores=False)
 
     def translate_tokens(self, sources: List[List[str]], **search) -> List[List[str]]:
-        """Subword sources -> subword hypotheses (an empty source gives an empty hypothesis)."""
+        """Subword sources -> subword hypotheses (an empty source gives an empty hypothesis).
+
+        With ``max_len_a`` > 0 the length limit is fairseq's, per batch: ``int(a * src_len + b)``
+        where src_len is the longest source of the batch with its ``</s>`` (SequenceGenerator's
+        padded ``src_tokens.size(1)``).  The sentences are then sorted by length and cut into
+        batches of ``batch_size`` here, as fairseq-generate batches a length-sorted test set, so
+        that a short sentence is not given a long neighbour's limit."""
+        a = float(search.pop("max_len_a", 0.0) or 0.0)
         opts = self.search_options(**search)
         todo = [i for i, s in enumerate(sources) if s]
         out: List[List[str]] = [[] for _ in sources]
-        if todo:
-            results = self.translator.translate_batch([sources[i] for i in todo], **opts)
-            for i, r in zip(todo, results):
+        if not todo:
+            return out
+        if a == 0.0:
+            batches = [(todo, opts)]
+        else:
+            todo.sort(key=lambda i: len(sources[i]))
+            size = opts["max_batch_size"]
+            batches = []
+            for k in range(0, len(todo), size):
+                ids = todo[k:k + size]
+                limit = int(a * (max(len(sources[i]) for i in ids) + 1) + int(search.get("max_len", 200)))
+                batches.append((ids, dict(opts, max_decoding_length=min(limit, self.max_target_positions - 1))))
+        for ids, batch_opts in batches:
+            results = self.translator.translate_batch([sources[i] for i in ids], **batch_opts)
+            for i, r in zip(ids, results):
                 out[i] = list(r.hypotheses[0])
         return out
 
@@ -138,6 +158,9 @@ def main(argv=None) -> int:
     p.add_argument("--lenpen", type=float, default=1.0, help="length penalty, as fairseq-generate's --lenpen")
     p.add_argument("--max-len", type=int, default=200,
                    help="longest hypothesis in subword tokens before </s> (fairseq's --max-len-b)")
+    p.add_argument("--max-len-a", type=float, default=0.0,
+                   help="as fairseq's --max-len-a: the limit is a * source length + --max-len, per batch of "
+                        "length-sorted sentences")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per CTranslate2 batch")
     p.add_argument("--intra-threads", type=int, default=1,
                    help="threads per batch (default 1: faster than 2 on 2-vCPU machines, see README)")
@@ -153,7 +176,7 @@ def main(argv=None) -> int:
     except (FileNotFoundError, ValueError) as e:
         print(f"deepnmt-translate: error: {e}", file=sys.stderr)
         return 2
-    search = dict(beam=a.beam, lenpen=a.lenpen, max_len=a.max_len, batch_size=a.batch_size)
+    search = dict(beam=a.beam, lenpen=a.lenpen, max_len=a.max_len, batch_size=a.batch_size, max_len_a=a.max_len_a)
     src: TextIO = open(a.input, encoding="utf-8", newline="\n") if a.input else sys.stdin
     dst: TextIO = open(a.output, "w", encoding="utf-8", newline="\n") if a.output else sys.stdout
     progress = None
