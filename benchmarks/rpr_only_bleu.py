@@ -50,7 +50,7 @@ def main(argv=None):
     ap.add_argument("--out", default="benchmarks/results")
     a = ap.parse_args(argv)
     from deepnmt_fairseq.deploy.export import export, load_model
-    from deepnmt_fairseq.deploy.translate import DeployedModel
+    from deepnmt_deploy.translate import DeployedModel
 
     root = Path(tempfile.mkdtemp(prefix="rpr_bleu_"))
     data = preprocess(make_parallel_text(root / "raw", n_train=400, n_test=100), root / "bin")

@@ -113,7 +113,7 @@ def _export(ckpt, out, quantization=None, **kw):
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_export_matches_fairseq_generate(variant, checkpoints, tmp_path):
     from deepnmt_fairseq.deploy.export import load_model
-    from deepnmt_fairseq.deploy.translate import DeployedModel
+    from deepnmt_deploy.translate import DeployedModel
 
     ckpt = checkpoints(variant)
     model, cfg, task = load_model(str(ckpt))
@@ -255,7 +255,7 @@ def test_export_cli_refuses_msc(corpus, tmp_path):
 
 # ---------------------------------------------------------------- text in, text out
 def test_text_pipeline_round_trip(tmp_path):
-    from deepnmt_fairseq.deploy.text import TextPipeline, Tokenization, remove_bpe
+    from deepnmt_deploy.text import TextPipeline, Tokenization, remove_bpe
 
     assert remove_bpe("TH@@ E CAT@@ S".split(), "subword-nmt") == "THE CATS"
     assert remove_bpe(["\u2581TH", "E", "\u2581CAT"], "sentencepiece") == "THE CAT"
@@ -272,7 +272,7 @@ def test_text_pipeline_round_trip(tmp_path):
 def test_translate_cli_line_handling(checkpoints, tmp_path):
     """Empty lines, an over-long line, unknown characters: one output line per input line,
     in order; the long line is truncated with a warning naming it."""
-    from deepnmt_fairseq.deploy.translate import DeployedModel
+    from deepnmt_deploy.translate import DeployedModel
 
     out, meta = _export(checkpoints("prenorm"), tmp_path / "model")
     assert meta["max_source_positions"] == 24 and meta["tokenization"]["moses"] is True
@@ -306,7 +306,7 @@ def test_translate_cli_line_handling(checkpoints, tmp_path):
 def test_translate_reads_stdin(checkpoints, tmp_path, monkeypatch, capsys):
     import io
 
-    from deepnmt_fairseq.deploy.translate import main
+    from deepnmt_deploy.translate import main
 
     out, _ = _export(checkpoints("prenorm"), tmp_path / "model")
     monkeypatch.setattr("sys.stdin", io.StringIO("the cat\n\nthe dog\n"))
@@ -320,7 +320,7 @@ def test_discover_tokenization_recorded_by_data_preparation(tmp_path):
     quickstart's (tok/bpe.codes next to data-bin) are found from the binarized data directory."""
     import json
 
-    from deepnmt_fairseq.deploy.text import discover
+    from deepnmt_fairseq.deploy.export import discover
 
     ds = tmp_path / "iwslt14-de-en"
     (ds / "bin").mkdir(parents=True)
@@ -352,7 +352,7 @@ def test_max_len_a_is_fairseqs_per_batch_limit_and_order_is_kept():
     order and an empty source stays empty."""
     from types import SimpleNamespace
 
-    from deepnmt_fairseq.deploy.translate import DeployedModel
+    from deepnmt_deploy.translate import DeployedModel
 
     calls = []
 
@@ -371,3 +371,32 @@ def test_max_len_a_is_fairseqs_per_batch_limit_and_order_is_kept():
     calls.clear()
     assert m.translate_tokens(sources, beam=4, lenpen=1.0, max_len=3, batch_size=2) == out
     assert calls == [([5, 1, 9, 2, 20], 3)]  # a = 0: one call, the fixed limit, CTranslate2 batches
+
+
+@needs_ct2
+def test_translate_runs_without_torch_or_fairseq(checkpoints, tmp_path):
+    """deepnmt-translate (the package deepnmt_deploy) serves an exported model on a machine
+    without the training stack: with torch, fairseq and deepnmt_fairseq made unimportable it
+    translates the same as in this process."""
+    import subprocess
+    import sys
+
+    from deepnmt_deploy.translate import DeployedModel
+
+    out, _ = _export(checkpoints("prenorm"), tmp_path / "model")
+    blocked = tmp_path / "blocked"
+    for name in ("torch", "fairseq", "deepnmt_fairseq"):
+        (blocked / name).mkdir(parents=True)
+        (blocked / name / "__init__.py").write_text(f"raise ImportError('{name} is blocked in this test')\n")
+    lines = ["the cat sees a dog", "", "the dog runs"]
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from deepnmt_deploy.translate import main; "
+            "rc = main(sys.argv[2:]); "
+            "assert not {'torch', 'fairseq', 'deepnmt_fairseq'} & set(sys.modules), sorted(sys.modules); "
+            "sys.exit(rc)")
+    res = subprocess.run([sys.executable, "-c", code, str(blocked), "--model", out, "--input", str(src), "--output",
+                          str(tmp_path / "out.txt"), "--beam", "2", "--no-progress"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()
+    assert got == list(DeployedModel(out).translate_lines(lines, beam=2))

@@ -45,8 +45,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from . import METADATA, require_ctranslate2
-from .text import discover
+from deepnmt_deploy import METADATA, require_ctranslate2
+from deepnmt_deploy.text import Tokenization
 
 logger = logging.getLogger("deepnmt_fairseq.deploy")
 
@@ -61,6 +61,48 @@ class NotExportable(ValueError):
 
 
 # ---------------------------------------------------------------- loading
+
+def discover(data_dir: Optional[str], source_lang: str, target_lang: str):
+    """``(Tokenization, path of the BPE codes / spm model or None)`` recorded next to ``data_dir``.
+
+    Looks for, in order: ``prepare_data.py``'s ``../CONFIG.json`` with ``../bpe/code`` or
+    ``../bpe/spm.model``; the quickstart's ``../tok/bpe.codes``; ``code``, ``bpe.codes``,
+    ``codes`` or ``spm.model`` inside ``data_dir``.  Nothing found: no subword model (the
+    export warns; pass ``--bpe-codes`` or ``--spm-model``)."""
+    tok = Tokenization(source_lang=source_lang, target_lang=target_lang)
+    if not data_dir:
+        return tok, None
+    data = Path(data_dir)
+    config = data.parent / "CONFIG.json"
+    if config.is_file():
+        try:
+            cfg = json.loads(config.read_text())
+        except ValueError:
+            cfg = {}
+        if cfg.get("name"):
+            from ..repro.corpora import RECIPES
+
+            recipe = RECIPES.get(cfg["name"])
+            if recipe is not None:
+                tok.lowercase = bool(getattr(recipe, "lowercase", False))
+                tok.aggressive_dash = bool(getattr(recipe, "aggressive_dash", False))
+                tok.found_in.append(f"recipe {cfg['name']} (deepnmt_fairseq/repro/corpora.py)")
+        seg = str(cfg.get("segmenter", ""))
+        model = data.parent / "bpe" / ("spm.model" if seg.startswith("sentencepiece") else "code")
+        if model.is_file():
+            tok.segmenter = "sentencepiece" if seg.startswith("sentencepiece") else "subword-nmt"
+            tok.found_in.append(str(config))
+            return tok, model
+    candidates = [(data.parent / "tok" / "bpe.codes", "subword-nmt")]
+    candidates += [(data / n, "subword-nmt") for n in ("code", "bpe.codes", "codes")]
+    candidates += [(data / "spm.model", "sentencepiece")]
+    for path, seg in candidates:
+        if path.is_file():
+            tok.segmenter = seg
+            tok.found_in.append(str(path))
+            return tok, path
+    return tok, None
+
 def load_model(checkpoint: str, data: Optional[str] = None):
     """``(model, cfg, task)``: the model fairseq builds from ``checkpoint``, in eval mode.
 
@@ -285,7 +327,7 @@ def export(checkpoint: str, out_dir: str, quantization: Optional[str] = None, da
            lowercase: Optional[bool] = None, aggressive_dash: Optional[bool] = None,
            force: bool = False) -> Tuple[str, dict]:
     """Write the CTranslate2 model, its vocabularies, the subword model and
-    :data:`~deepnmt_fairseq.deploy.METADATA` to ``out_dir``; returns (out_dir, metadata)."""
+    :data:`~deepnmt_deploy.METADATA` to ``out_dir``; returns (out_dir, metadata)."""
     require_ctranslate2()
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(f"--quantization {quantization}: choose one of {', '.join(QUANTIZATIONS)}")

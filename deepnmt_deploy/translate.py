@@ -38,7 +38,7 @@ from typing import Iterable, Iterator, List, Optional, TextIO
 from . import METADATA, require_ctranslate2
 from .text import TextPipeline, Tokenization
 
-logger = logging.getLogger("deepnmt_fairseq.deploy")
+logger = logging.getLogger("deepnmt_deploy")
 
 
 def read_metadata(model_dir: str) -> dict:
@@ -146,9 +146,6 @@ def _count_lines(path: str) -> int:
 
 
 def main(argv=None) -> int:
-    from ..console import quiet_known_warnings
-
-    quiet_known_warnings()
     p = argparse.ArgumentParser(prog="deepnmt-translate", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="directory written by deepnmt-export-ct2")

@@ -8,9 +8,9 @@ The project's data preparation records how text became model input:
   (``bpe/code``) or sentencepiece (``bpe/spm.model``, applied to the Moses-tokenized text);
 * ``scripts/quickstart.py`` writes ``WORK/{data-bin,tok/bpe.codes}``: Moses, then subword-nmt.
 
-:func:`discover` finds that recipe from the binarized data directory a checkpoint was
-trained on; explicit flags of ``deepnmt-export-ct2`` override it.  The recipe is written into
-the exported model directory (:data:`deepnmt_fairseq.deploy.METADATA`, the BPE codes or
+:func:`deepnmt_fairseq.deploy.export.discover` finds that recipe from the binarized data
+directory a checkpoint was trained on; explicit flags of ``deepnmt-export-ct2`` override it.
+The recipe is written into the exported model directory (:data:`deepnmt_deploy.METADATA`, the BPE codes or
 sentencepiece model copied beside it), so ``deepnmt-translate`` needs nothing else.
 
 :class:`TextPipeline` applies it: test-time Moses tokenization as ``prepare_data.py`` applies
@@ -21,13 +21,12 @@ recipe lowercased, BPE/sentencepiece; and back: BPE removal as fairseq's ``--rem
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
-logger = logging.getLogger("deepnmt_fairseq.deploy")
+logger = logging.getLogger("deepnmt_deploy")
 
 SEGMENTERS = ("subword-nmt", "sentencepiece", "none")
 
@@ -53,48 +52,6 @@ class Tokenization:
     @classmethod
     def from_dict(cls, d: dict) -> "Tokenization":
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
-
-
-def discover(data_dir: Optional[str], source_lang: str, target_lang: str):
-    """``(Tokenization, path of the BPE codes / spm model or None)`` recorded next to ``data_dir``.
-
-    Looks for, in order: ``prepare_data.py``'s ``../CONFIG.json`` with ``../bpe/code`` or
-    ``../bpe/spm.model``; the quickstart's ``../tok/bpe.codes``; ``code``, ``bpe.codes``,
-    ``codes`` or ``spm.model`` inside ``data_dir``.  Nothing found: no subword model (the
-    export warns; pass ``--bpe-codes`` or ``--spm-model``)."""
-    tok = Tokenization(source_lang=source_lang, target_lang=target_lang)
-    if not data_dir:
-        return tok, None
-    data = Path(data_dir)
-    config = data.parent / "CONFIG.json"
-    if config.is_file():
-        try:
-            cfg = json.loads(config.read_text())
-        except ValueError:
-            cfg = {}
-        if cfg.get("name"):
-            from ..repro.corpora import RECIPES
-
-            recipe = RECIPES.get(cfg["name"])
-            if recipe is not None:
-                tok.lowercase = bool(getattr(recipe, "lowercase", False))
-                tok.aggressive_dash = bool(getattr(recipe, "aggressive_dash", False))
-                tok.found_in.append(f"recipe {cfg['name']} (deepnmt_fairseq/repro/corpora.py)")
-        seg = str(cfg.get("segmenter", ""))
-        model = data.parent / "bpe" / ("spm.model" if seg.startswith("sentencepiece") else "code")
-        if model.is_file():
-            tok.segmenter = "sentencepiece" if seg.startswith("sentencepiece") else "subword-nmt"
-            tok.found_in.append(str(config))
-            return tok, model
-    candidates = [(data.parent / "tok" / "bpe.codes", "subword-nmt")]
-    candidates += [(data / n, "subword-nmt") for n in ("code", "bpe.codes", "codes")]
-    candidates += [(data / "spm.model", "sentencepiece")]
-    for path, seg in candidates:
-        if path.is_file():
-            tok.segmenter = seg
-            tok.found_in.append(str(path))
-            return tok, path
-    return tok, None
 
 
 def remove_bpe(tokens: List[str], segmenter: str) -> str:
