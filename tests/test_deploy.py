@@ -378,6 +378,7 @@ def test_translate_runs_without_torch_or_fairseq(checkpoints, tmp_path):
     """deepnmt-translate (the package deepnmt_deploy) serves an exported model on a machine
     without the training stack: with torch, fairseq and deepnmt_fairseq made unimportable it
     translates the same as in this process."""
+    import os
     import subprocess
     import sys
 
@@ -391,12 +392,13 @@ def test_translate_runs_without_torch_or_fairseq(checkpoints, tmp_path):
     lines = ["the cat sees a dog", "", "the dog runs"]
     src = tmp_path / "in.txt"
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from deepnmt_deploy.translate import main; "
-            "rc = main(sys.argv[2:]); "
+    code = ("import sys; from deepnmt_deploy.translate import main; rc = main(sys.argv[1:]); "
             "assert not {'torch', 'fairseq', 'deepnmt_fairseq'} & set(sys.modules), sorted(sys.modules); "
             "sys.exit(rc)")
-    res = subprocess.run([sys.executable, "-c", code, str(blocked), "--model", out, "--input", str(src), "--output",
-                          str(tmp_path / "out.txt"), "--beam", "2", "--no-progress"], capture_output=True, text=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(blocked), os.environ.get("PYTHONPATH")])))
+    res = subprocess.run([sys.executable, "-c", code, "--model", out, "--input", str(src), "--output",
+                          str(tmp_path / "out.txt"), "--beam", "2", "--no-progress"], capture_output=True, text=True,
+                         env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     got = (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()
     assert got == list(DeployedModel(out).translate_lines(lines, beam=2))
