@@ -207,9 +207,11 @@ def _launched(cmd: List[str], env: Dict[str, str], threads: int, out: str, err: 
     os.environ.clear()
     os.environ.update(env)
     torch.set_num_threads(threads)
+    sys.stdout.flush(), sys.stderr.flush()
     for fd, path in ((1, out), (2, err)):
-        sys.stdout.flush(), sys.stderr.flush()
-        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644), fd)
+        opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(opened, fd)
+        os.close(opened)
     if Path(cmd[0]).name.startswith("python") and cmd[1].endswith(".py"):
         sys.argv = cmd[1:]
         runpy.run_path(cmd[1], run_name="__main__")
