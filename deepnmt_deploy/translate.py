@@ -64,14 +64,15 @@ class DeployedModel:
                                          intra_threads=intra_threads, inter_threads=inter_threads)
 
     def search_options(self, beam: int = 5, lenpen: float = 1.0, max_len: int = 200, batch_size: int = 32,
-                       batch_type: str = "examples", max_len_a: float = 0.0) -> dict:
-        """CTranslate2 options that reproduce fairseq-generate's search (``max_len`` is fairseq's
-        ``--max-len-b``; ``max_len_a`` is applied per batch by :meth:`translate_tokens`)."""
+                       batch_type: str = "examples", max_len_a: float = 0.0, src_len: int = 0) -> dict:
+        """CTranslate2 options that reproduce fairseq-generate's search for a batch whose longest
+        source has ``src_len`` tokens with its ``</s>`` (``max_len`` is fairseq's ``--max-len-b``,
+        ``max_len_a`` its ``--max-len-a``)."""
         # fairseq: max_len = min(max_len_b, max_decoder_positions - 1) tokens, then </s> is forced
         # (and scored); CTranslate2 stops after max_decoding_length tokens without </s> (measured),
         # so a hypothesis cut at the limit can rank differently; below the limit the searches agree.
         # min_decoding_length 1 = fairseq's --min-len 1: no empty hypothesis.
-        limit = min(int(max_len), self.max_target_positions - 1)
+        limit = min(int(max_len_a * src_len + max_len), self.max_target_positions - 1)
         return dict(beam_size=beam, length_penalty=lenpen, max_decoding_length=limit,
                     min_decoding_length=1, max_batch_size=batch_size, batch_type=batch_type,
                     max_input_length=0, return_scores=False)
@@ -84,22 +85,18 @@ class DeployedModel:
         padded ``src_tokens.size(1)``).  The sentences are then sorted by length and cut into
         batches of ``batch_size`` here, as fairseq-generate batches a length-sorted test set, so
         that a short sentence is not given a long neighbour's limit."""
-        a = float(search.pop("max_len_a", 0.0) or 0.0)
         opts = self.search_options(**search)
         todo = [i for i, s in enumerate(sources) if s]
         out: List[List[str]] = [[] for _ in sources]
         if not todo:
             return out
-        if a == 0.0:
+        if not search.get("max_len_a"):
             batches = [(todo, opts)]
         else:
             todo.sort(key=lambda i: len(sources[i]))
             size = opts["max_batch_size"]
-            batches = []
-            for k in range(0, len(todo), size):
-                ids = todo[k:k + size]
-                limit = int(a * (max(len(sources[i]) for i in ids) + 1) + int(search.get("max_len", 200)))
-                batches.append((ids, dict(opts, max_decoding_length=min(limit, self.max_target_positions - 1))))
+            batches = [(ids, self.search_options(**search, src_len=max(len(sources[i]) for i in ids) + 1))
+                       for ids in (todo[k:k + size] for k in range(0, len(todo), size))]
         for ids, batch_opts in batches:
             results = self.translator.translate_batch([sources[i] for i in ids], **batch_opts)
             for i, r in zip(ids, results):
