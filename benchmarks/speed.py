@@ -279,6 +279,54 @@ def time_decoding(models, p, device, warmup, repeat, one_by_one=False):
     return [statistics.median(r) for r in rates], [statistics.median(e) for e in enc_times]
 
 
+#: operator categories of a decoding profile (self CPU time of each aten operator)
+PROFILE_CATEGORIES = {
+    "matmul": ("addmm", "mm", "bmm", "baddbmm", "matmul", "scaled_dot_product", "linear_backward", "mkldnn"),
+    "copies": ("cat", "copy_", "index_select", "clone", "contiguous", "stack", "gather", "_to_copy"),
+}
+
+
+def _category(op: str) -> str:
+    name = op.split("::", 1)[-1]
+    for cat, keys in PROFILE_CATEGORIES.items():
+        if any(name == k or name.startswith(f"_{k}") or name.startswith(k) for k in keys):
+            return cat
+    return "other operators"
+
+
+def profile_decoding(models, p, device):
+    """Where the batched beam-5 decoding time goes, per model: seconds of self time of the
+    aten operators by category (matmul: the FLOPs the analytic count covers; copies: cat,
+    copy, index_select; other operators: norms, softmax, activations, masks) and the time
+    outside any operator (Python: fairseq's beam search, module calls).  One profiled
+    decoding after one warm-up, so the profiler's own overhead lands in "outside"."""
+    from fairseq.sequence_generator import SequenceGenerator
+    from torch.profiler import ProfilerActivity, profile
+
+    L = p["dec_len"]
+    src, lens, _, _ = batch(dict(p, bsz=p["dec_bsz"]), device, seed=1)
+    sample = {"net_input": {"src_tokens": src, "src_lengths": lens}}
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    out = []
+    with torch.no_grad():
+        for m in models:
+            g = SequenceGenerator([m.eval()], m.decoder.dictionary, beam_size=5, max_len_a=0, max_len_b=L, min_len=L)
+            g.generate([m], sample)
+            sync(device)
+            t = time.perf_counter()
+            with profile(activities=acts) as prof:
+                g.generate([m], sample)
+                sync(device)
+            wall = time.perf_counter() - t
+            cats = {c: 0.0 for c in (*PROFILE_CATEGORIES, "other operators")}
+            for e in prof.key_averages():
+                if e.key.startswith("aten::"):
+                    cats[_category(e.key)] += e.self_cpu_time_total / 1e6
+            cats["outside operators"] = max(0.0, wall - sum(cats.values()))
+            out.append(cats)
+    return out
+
+
 # ----------------------------------------------------------------- analytic FLOPs
 def flops_per_token(model, p) -> float:
     """Matmul FLOPs of one training step (3 x forward) per target token (analytic)."""
@@ -390,6 +438,8 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
+    ap.add_argument("--profile", action="store_true",
+                    help="decoding rows: also profile one batched decoding per model (time by operator category)")
     a = ap.parse_args(argv)
     import deepnmt_fairseq  # noqa: F401
 
@@ -436,9 +486,15 @@ def main(argv=None):
                        ours_encoder_s=enc[0], stock_encoder_s=enc[1], encoder_time_ratio=enc[0] / enc[1],
                        ours_encoder_share=enc[0] * batched[0] / n_tok, stock_encoder_share=enc[1] * batched[1] / n_tok,
                        search_time_ratio=(n_tok / batched[0] - enc[0]) / max(1e-9, n_tok / batched[1] - enc[1]))
-            need = 0.90 if target == "msc-decode" else 2.0
-            row["target"] = f"decoding speed ratio >= {need}"
-            row["met"] = row["speed_ratio"] >= need
+            if target == "msc-decode":  # issue 17: the speed its FLOPs allow, to 5%
+                row["flop_efficiency"] = row["speed_ratio"] * row["decode_flop_ratio"]
+                row["target"] = "speed ratio >= 0.95 x FLOP-implied"
+                row["met"] = row["flop_efficiency"] >= 0.95
+            else:
+                row["target"] = "decoding speed ratio >= 2.0"
+                row["met"] = row["speed_ratio"] >= 2.0
+            if a.profile:
+                row["profile_ours"], row["profile_stock"] = profile_decoding([ours, ref_model], p, device)
         else:
             (pk_ours, m_ours), (pk_ref, m_ref) = activation_memory(ours, p, device), activation_memory(ref_model, p, device)
             row.update(memory_ours=m_ours, memory_without=m_ref, memory_ratio=m_ours / m_ref if m_ref else math.nan,
@@ -492,6 +548,13 @@ def main(argv=None):
             md.append(f"| {r['variant']} | batched: encoder s (share of decoding time) | {r['ours_encoder_s']:.3f} "
                       f"({r['ours_encoder_share']:.0%}) | {r['stock_encoder_s']:.3f} ({r['stock_encoder_share']:.0%}) "
                       f"| {r['encoder_time_ratio']:.2f} | - | search steps time ratio {r['search_time_ratio']:.2f} | - |")
+            if "flop_efficiency" in r:
+                md.append(f"| {r['variant']} | speed ratio / FLOP-implied speed | {r['flop_efficiency']:.3f} | - | - "
+                          f"| - | >= 0.95 | {'yes' if r['met'] else 'NO'} |")
+            for cat in r.get("profile_ours", {}):
+                o, st = r["profile_ours"][cat], r["profile_stock"][cat]
+                md.append(f"| {r['variant']} | profile: {cat} s | {o:.3f} ({o / sum(r['profile_ours'].values()):.0%}) "
+                          f"| {st:.3f} ({st / sum(r['profile_stock'].values()):.0%}) | {o / max(st, 1e-9):.2f} | - | - | - |")
         else:
             md.append(f"| {r['variant']} | activation MB saved for backward | {r['memory_ours'] / 2**20:.1f} | "
                       f"{r['memory_without'] / 2**20:.1f} (without) | {r['memory_ratio']:.2f} | - | {r['target']} | "

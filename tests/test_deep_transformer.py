@@ -108,6 +108,35 @@ def test_reorder_encoder_out_reorders_memories(name):
     assert torch.allclose(a, b, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["transparent", "msc-gate"])
+def test_reorder_within_sentences_passes_memories_on_uncopied(name):
+    """Beam search reorders at every step; an order that keeps each row's sentence selects
+    equal rows, so the memories are passed on as they are (no copy) and still equal the copy."""
+    model = _model(name).eval()
+    src, lens, _ = random_batch(model, bsz=3)
+    enc = model.encoder(src, lens)
+    beam = 4
+    expand = torch.arange(3).repeat_interleave(beam)  # the beam expansion: copies
+    a = model.encoder.reorder_encoder_out(enc, expand)
+    full = enc["deepnmt_memory"][0][:, :, expand]
+    assert torch.equal(a["deepnmt_memory"][0], full)
+    g = torch.Generator().manual_seed(0)
+    within = torch.cat([s * beam + torch.randint(0, beam, (beam,), generator=g) for s in range(3)])
+    b = model.encoder.reorder_encoder_out(a, within)
+    assert b["deepnmt_memory"][0] is a["deepnmt_memory"][0]  # not copied ...
+    assert torch.equal(b["deepnmt_memory"][0], full[:, :, within])  # ... and equal to the copy
+    assert torch.equal(b["deepnmt_memory_padding_mask"][0], a["deepnmt_memory_padding_mask"][0][within])
+    across = torch.cat([within[beam:], within[:beam]])  # same size, sentences moved: must copy
+    c = model.encoder.reorder_encoder_out(b, across)
+    assert torch.equal(c["deepnmt_memory"][0], full[:, :, within][:, :, across])
+    assert torch.equal(c["deepnmt_memory_padding_mask"][0], a["deepnmt_memory_padding_mask"][0][within][across])
+    shrink = torch.arange(beam, 3 * beam)  # the first sentence finished
+    d = model.encoder.reorder_encoder_out(c, shrink)
+    assert torch.equal(d["deepnmt_memory"][0], full[:, :, within][:, :, across][:, :, shrink])
+    e = model.encoder.reorder_encoder_out(d, torch.arange(2 * beam).flip(0).view(2, beam).flip(0).reshape(-1))
+    assert e["deepnmt_memory"][0] is d["deepnmt_memory"][0]  # within sentences again after the shrink
+
+
 def test_memories_computed_without_return_all_hiddens():
     model = _model("msc-gate").eval()
     src, lens, _ = random_batch(model)

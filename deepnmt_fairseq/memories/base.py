@@ -29,11 +29,14 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Tuple
 
+import torch
 import torch.nn as nn
 from torch import Tensor
 
 MEMORY_KEY = "deepnmt_memory"
 MEMORY_MASK_KEY = "deepnmt_memory_padding_mask"
+#: the encoder-batch row (sentence) each memory row was copied from (:func:`reorder`)
+MEMORY_ROWS_KEY = "deepnmt_memory_rows"
 
 Memories = Optional[Tuple[Tensor, Tensor]]
 Norm = Callable[[Tensor], Tensor]
@@ -96,10 +99,29 @@ class EncoderMemory(nn.Module):
 
 
 def reorder(encoder_out: Dict[str, List[Tensor]], out: Dict[str, List[Tensor]], new_order: Tensor) -> None:
-    """Beam search: reorder the stacked memories (batch is dim 2) and their mask into ``out``."""
-    if len(encoder_out.get(MEMORY_KEY, [])) > 0:
-        out[MEMORY_KEY] = [encoder_out[MEMORY_KEY][0].index_select(2, new_order)]
-        out[MEMORY_MASK_KEY] = [encoder_out[MEMORY_MASK_KEY][0].index_select(0, new_order)]
+    """Beam search: reorder the stacked memories (batch is dim 2) and their mask into ``out``.
+
+    fairseq's ``SequenceGenerator`` reorders the encoder output at *every* step, with an
+    order that moves beams only within their sentence, and the memories are M times (MSC:
+    2M times) the size of fairseq's own ``encoder_out``.  Rows of one sentence hold the same
+    memory, so :data:`MEMORY_ROWS_KEY` keeps each row's sentence (the row of the encoder's
+    batch it was copied from): an order that leaves every row's sentence where it was
+    selects rows equal to the ones already there, and the memories are passed on as they
+    are instead of being copied (exact, not an approximation; a test compares it with the
+    copy).  Any other order (the beam expansion, finished sentences removed) copies.
+    """
+    if len(encoder_out.get(MEMORY_KEY, [])) == 0:
+        return
+    memory, mask = encoder_out[MEMORY_KEY][0], encoder_out[MEMORY_MASK_KEY][0]
+    known = encoder_out.get(MEMORY_ROWS_KEY, [])
+    rows = known[0] if len(known) > 0 else torch.arange(memory.size(2), device=new_order.device)
+    new_rows = rows.index_select(0, new_order)
+    if new_rows.shape == rows.shape and torch.equal(new_rows, rows):
+        out[MEMORY_KEY], out[MEMORY_MASK_KEY] = [memory], [mask]
+    else:
+        out[MEMORY_KEY] = [memory.index_select(2, new_order)]
+        out[MEMORY_MASK_KEY] = [mask.index_select(0, new_order)]
+    out[MEMORY_ROWS_KEY] = [new_rows]
 
 
 def decoder_memories(encoder_out: Optional[Dict[str, List[Tensor]]], num_layers: int):
