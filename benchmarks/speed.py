@@ -438,6 +438,8 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
+    ap.add_argument("--stem", help="file names of the results (default speed-PRESET-DEVICE); name a partial "
+                                   "run (--only) so that it does not overwrite the full table")
     ap.add_argument("--profile", action="store_true",
                     help="decoding rows: also profile one batched decoding per model (time by operator category)")
     a = ap.parse_args(argv)
@@ -515,7 +517,7 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     report = {"preset": a.preset, "device": str(device), "shape": p, "machine": machine(),
               "date": time.strftime("%Y-%m-%d %H:%M"), "rows": rows}
-    stem = f"speed-{a.preset}-{device.type}"
+    stem = a.stem or f"speed-{a.preset}-{device.type}"
     (out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
     md = [f"Preset `{a.preset}` on {device} ({json.dumps(report['machine'])}), {report['date']}", "",
           "| variant | measure | ours | stock | ratio | FLOP ratio | target | met |", "|---|---|---|---|---|---|---|---|"]

@@ -58,3 +58,28 @@ def test_benchmark_script_writes_the_table_and_json(tmp_path):
     table = (tmp_path / "speed-tiny-cpu.md").read_text()
     assert "| MSC 6x12 decoding | profile: matmul s |" in table
     assert "| RPR (k 8) | train s/update |" in table and "DESDAR 48-1" in table
+
+
+def test_deploy_benchmark_reports_targets_with_their_flop_ceiling(tmp_path, monkeypatch):
+    """benchmarks/deploy_speed.py end to end at toy size: every engine, setting and model is
+    measured, every target is checked, and the 48-1 vs 48-6 rows carry the FLOP-implied ceiling
+    that explains a miss (the analytic count of speed.forward_flops on the same sources)."""
+    pytest.importorskip("ctranslate2", reason="CTranslate2 is not installed: pip install '.[deploy]'")
+    import deploy_speed
+
+    monkeypatch.setattr(deploy_speed, "SHAPE", dict(d=32, f=64, h=2, vocab=200, rpr=4))
+    monkeypatch.setattr(deploy_speed, "MODELS", {"student 6-6": (2, 2), "DESDAR 48-1": (6, 1), "deep 48-6": (6, 2)})
+    assert deploy_speed.main(["--sentences", "3", "--single", "1", "--repeat", "1", "--length", "3", "--threads", "1",
+                              "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "deploy-speed-cpu.json").read_text())
+    measured = {(r["setting"], r["model"], r["engine"]) for r in report["rows"]}
+    assert len(measured) == 4 * 3 * 3 and all(r["tok_s"] > 0 for r in report["rows"])
+    checks = {c["what"]: c for c in report["checks"]}
+    assert len(checks) == 4 + 3 * 2
+    for engine in ("fairseq", "ct2 int8", "ct2 float32"):
+        beam4 = checks[f"48-1 vs 48-6, {engine}, beam 4, batched"]
+        greedy = checks[f"48-1 vs 48-6, {engine}, greedy, batched"]
+        assert beam4["target"] == 2.0 and beam4["met"] == (beam4["ratio"] >= 2.0) and greedy["met"] is None
+        ceilings = [float(c["measured_reason"].split("FLOP-implied ceiling ")[1].split("x")[0]) for c in (beam4, greedy)]
+        assert ceilings[0] > ceilings[1] > 1.0  # beam 4 runs 4 hypotheses through the decoder, greedy one
+    assert "FLOP-implied ceiling" in (tmp_path / "deploy-speed-cpu.md").read_text()
