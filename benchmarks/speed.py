@@ -299,7 +299,7 @@ def profile_decoding(models, p, device):
     aten operators by category (matmul: the FLOPs the analytic count covers; copies: cat,
     copy, index_select; other operators: norms, softmax, activations, masks) and the time
     outside any operator (Python: fairseq's beam search, module calls).  One profiled
-    decoding after one warm-up, so the profiler's own overhead lands in "outside"."""
+    decoding after one warm-up; the profiler's per-operator overhead lands in "outside"."""
     from fairseq.sequence_generator import SequenceGenerator
     from torch.profiler import ProfilerActivity, profile
 
@@ -312,12 +312,12 @@ def profile_decoding(models, p, device):
         for m in models:
             g = SequenceGenerator([m.eval()], m.decoder.dictionary, beam_size=5, max_len_a=0, max_len_b=L, min_len=L)
             g.generate([m], sample)
-            sync(device)
-            t = time.perf_counter()
             with profile(activities=acts) as prof:
+                sync(device)
+                t = time.perf_counter()
                 g.generate([m], sample)
                 sync(device)
-            wall = time.perf_counter() - t
+                wall = time.perf_counter() - t  # inside: the profiler's trace processing at exit is not counted
             cats = {c: 0.0 for c in (*PROFILE_CATEGORIES, "other operators")}
             for e in prof.key_averages():
                 if e.key.startswith("aten::"):
