@@ -209,14 +209,13 @@ def main(argv=None):
                     and r["engine"] == engine)
 
     def decode_flops(model, beam):
-        """Analytic matmul FLOPs of decoding the batched sources (speed.forward_flops: the encoder
-        once per sentence, the decoder once per step and hypothesis)."""
-        from speed import forward_flops
+        """Analytic matmul FLOPs of decoding one sentence of the batched sources' mean length
+        (speed.decode_flops: the encoder once, the decoder once per step and hypothesis)."""
+        import speed
 
-        S, L = statistics.mean(len(x) for x in batched), a.length + 1
-        per_src, per_tgt = forward_flops(models[model], dict(d=SHAPE["d"], f=SHAPE["f"], vocab=SHAPE["vocab"], src=S,
-                                                             tgt=L, dec_len=L), decoding=True)
-        return per_src * S + beam * per_tgt * L
+        shape = dict(d=SHAPE["d"], f=SHAPE["f"], vocab=SHAPE["vocab"], src=statistics.mean(len(x) for x in batched),
+                     dec_len=a.length + 1, dec_bsz=1)
+        return speed.decode_flops(models[model], shape, beam)
 
     checks = []
     for model in ("student 6-6", "DESDAR 48-1"):

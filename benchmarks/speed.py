@@ -334,11 +334,11 @@ def flops_per_token(model, p) -> float:
     return 3 * (per_src * p["src"] / p["tgt"] + per_tgt)
 
 
-def decode_flops(model, p) -> float:
-    """Forward FLOPs of decoding one batch at beam 5 (analytic): the encoder once per
-    sentence, the decoder once per step and hypothesis (keys of the source cached)."""
+def decode_flops(model, p, beam: int = 5) -> float:
+    """Forward FLOPs of decoding one batch (analytic): the encoder once per sentence, the
+    decoder once per step and hypothesis (keys of the source cached)."""
     per_src, per_tgt = forward_flops(model, dict(p, tgt=p["dec_len"]), decoding=True)
-    return p["dec_bsz"] * (per_src * p["src"] + 5 * per_tgt * p["dec_len"])
+    return p["dec_bsz"] * (per_src * p["src"] + beam * per_tgt * p["dec_len"])
 
 
 def forward_flops(model, p, decoding=False):
