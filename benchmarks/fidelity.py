@@ -36,6 +36,9 @@ Comparisons (each paper's central claim; docs/fidelity.md has the results):
 
 Every headline system is trained with each seed of ``--seeds`` (at least 2); the report gives the
 mean and the spread (max - min) and calls a difference only when it exceeds both systems' spreads.
+A headline comparison (:func:`headline_pairs`) whose 2-seed test-BLEU means differ by less than
+``Preset.close_bleu`` (1 BLEU) then gets a third seed of both systems (issue 16: "3 where the
+difference is under 1 BLEU").
 """
 
 from __future__ import annotations
@@ -96,6 +99,9 @@ class Preset:
     # (None: lr / warmup), as Wang et al. 2019a train post-norm at a lower rate than pre-norm
     postnorm_lr: Optional[float] = None
     postnorm_warmup: Optional[int] = None
+    # issue 16: "3 [seeds] where the difference is under 1 BLEU": a headline comparison whose two
+    # 2-seed means are closer than this gets a third seed of both systems (0: never)
+    close_bleu: float = 1.0
 
 
 PRESETS: Dict[str, Preset] = {
@@ -119,7 +125,8 @@ PRESETS: Dict[str, Preset] = {
     "tiny": Preset("tiny", dim=16, ffn=32, heads=2, updates=4, max_tokens=512, lr=1e-3, warmup=2,
                    depths=(2,), decoder_layers=1, dd_encoder=2, dd_depths=(1, 2), teacher_layers=4,
                    ssl_layers=4, stage1_factor=1.0, stage2_factor=1.0, save_every=1, valid_every=2, patience=2,
-                   train_sample=10, bpe=200, subset=(400, 20), families=("prenorm", "msc")),
+                   train_sample=10, bpe=200, subset=(400, 20), families=("prenorm", "msc"),
+                   close_bleu=0.0),  # nothing learns, every difference is close: the rule has its own test
 }
 
 FAMILIES = {  # depth-study systems: flags on top of --encoder-layers N --decoder-layers D
@@ -529,6 +536,37 @@ def ssl_stage2_runs(study: Study, p: Preset, seeds) -> List[Run]:
             + seeded(f"ssl-stage2-plain-{p.ssl_layers}", seeds, model=model, updates=total, init=init))
 
 
+def headline_pairs(p: Preset, dd_depth: Optional[int] = None) -> Dict[str, List[Tuple[str, str]]]:
+    """The test-BLEU comparisons of each study, as (system, reference) pairs: the report's calls,
+    and the comparisons that get a third seed when they are close (:func:`close_systems`).  The
+    deep-decoder comparison is at ``dd_depth`` (before the search: the deepest searched depth)."""
+    fams = [f for f in FAMILIES if f in (p.families or FAMILIES)]
+    dec = dd_depth or p.dd_depths[-1]
+    base, student, skd = f"prenorm-{p.depths[0]}", f"gpkd-student-{p.depths[0]}", f"skd-only-{p.depths[0]}"
+    return {
+        "depth": [(f"{fam}-{n}", f"{'postnorm' if fam == 'transparent-post' else 'prenorm'}-{n}")
+                  for n in p.depths for fam in fams if fam not in ("prenorm", "postnorm")],
+        "deep-decoder": [(f"dd-{k}-{p.dd_encoder}-{dec}", f"dd-plain-{p.dd_encoder}-{dec}") for k in DD_KINDS[1:]],
+        "gpkd": [(f"gpkd-teacher-{p.teacher_layers}", base), (student, base), (student, skd), (skd, base)],
+        "ssl": [(f"ssl-stage2-skip-{p.ssl_layers}", f"ssl-stage2-plain-{p.ssl_layers}")],
+    }
+
+
+def close_systems(p: Preset, results: Dict[str, dict], dd_depth: Optional[int] = None) -> List[str]:
+    """Systems of a headline comparison whose test-BLEU means, both over at least 2 finished seeds,
+    differ by less than ``p.close_bleu``: they get a third seed.  A system the study trains once
+    (the GPKD teacher) never gets one here: its comparison stays "fewer than 2 seeds: no call"."""
+    from fidelity_report import by_system, stat
+
+    systems, out = by_system(results), set()
+    for pairs in headline_pairs(p, dd_depth).values():
+        for a, b in pairs:
+            sa, sb = stat(systems.get(a, []), "bleu"), stat(systems.get(b, []), "bleu")
+            if sa and sb and min(sa[2], sb[2]) >= 2 and abs(sa[0] - sb[0]) < p.close_bleu:
+                out |= {a, b}
+    return sorted(out)
+
+
 # --------------------------------------------------------------------------------- data
 def prepare(p: Preset, work: Path) -> Tuple[Path, Path]:
     """The binarized corpus (quickstart's tokenization and BPE) plus the ``trainsample`` split:
@@ -609,9 +647,11 @@ def main(argv=None):
     work = Path(a.work_dir or REPO / "work" / "fidelity" / p.name).resolve()
     work.mkdir(parents=True, exist_ok=True)
     stamp, settings = work / "preset.json", json.loads(json.dumps(dataclasses.asdict(p)))
-    if stamp.exists() and json.loads(stamp.read_text()) != settings:
-        old = json.loads(stamp.read_text())
-        diff = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
+    defaults = {f.name: f.default for f in dataclasses.fields(Preset) if f.default is not dataclasses.MISSING}
+    old = json.loads(stamp.read_text()) if stamp.exists() else settings
+    # a setting added after the work directory was made counts as having had its default
+    diff = {k: (old.get(k, defaults.get(k)), v) for k, v in settings.items() if old.get(k, defaults.get(k)) != v}
+    if diff:
         raise SystemExit(f"{work} holds runs made with other settings {diff}: finished runs are reused by name, "
                          "so use another --work-dir")
     stamp.write_text(json.dumps(settings, indent=1) + "\n")
@@ -619,22 +659,31 @@ def main(argv=None):
         data, tok = prepare(p, work)
         study = Study(p, work, data, tok, a.threads, a.order == "short-first", fork=not a.exec)
         run_study(study, p, a.only, a.seeds, a.jobs)
-    results = {}
-    for done in sorted((work / "runs").glob("*/done.json")):
-        results[done.parent.name] = json.loads(done.read_text())
+    results = finished(work)
     (work / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     from fidelity_report import write_report
 
-    sel = work / "dd-depth.json"
-    plan = planned(p, a.seeds, json.loads(sel.read_text())["depth"] if sel.exists() else None)
-    write_report(results, p, Path(a.report), work, plan)
+    write_report(results, p, Path(a.report), work, planned(p, a.seeds, dd_depth(work), results))
     log(f"report: {a.report} ({len(results)} runs)")
     return 0
 
 
-def planned(p: Preset, seeds: Sequence[int], dd_depth: Optional[int] = None) -> List[str]:
+def finished(work: Path) -> Dict[str, dict]:
+    """Every finished run of the work directory, by name."""
+    return {d.parent.name: json.loads(d.read_text()) for d in sorted((work / "runs").glob("*/done.json"))}
+
+
+def dd_depth(work: Path) -> Optional[int]:
+    """The deep-decoder comparison's depth, once the search has chosen it."""
+    sel = work / "dd-depth.json"
+    return json.loads(sel.read_text())["depth"] if sel.exists() else None
+
+
+def planned(p: Preset, seeds: Sequence[int], dd_depth: Optional[int] = None,
+            results: Optional[Dict[str, dict]] = None) -> List[str]:
     """The names of every run of the full study (the deep-decoder comparison at ``dd_depth``,
-    the search's result; before the search, at the deepest searched depth)."""
+    the search's result; before the search, at the deepest searched depth), with the third seeds
+    that the finished ``results`` call for."""
     dec = dd_depth or p.dd_depths[-1]
     names = [r.name for r in depth_runs(p, seeds) + dd_search_runs(p, seeds[0]) + dd_compare_runs(p, dec, seeds)
              + [teacher_run(p)] + baseline(p, seeds) + [ssl_stage1(p)]]
@@ -642,11 +691,16 @@ def planned(p: Preset, seeds: Sequence[int], dd_depth: Optional[int] = None) -> 
     names += [r.name for sys_ in (f"gpkd-student-{p.depths[0]}", f"skd-only-{p.depths[0]}",
                                   f"ssl-stage2-skip-{p.ssl_layers}", f"ssl-stage2-plain-{p.ssl_layers}")
               for r in seeded(sys_, seeds, model=shape)]
+    third, results = max(seeds) + 1, results or {}
+    names += [f"{sys_}-s{third}" for sys_ in close_systems(p, results, dec)]
+    # a third seed stays planned once run, also where it has widened the difference beyond close_bleu
+    headline = {n for pairs in headline_pairs(p, dec).values() for pair in pairs for n in pair}
+    names += [n for n, r in results.items() if r.get("seed") == third and r.get("system") in headline]
     return sorted(set(names))
 
 
 def run_study(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int], jobs: int) -> None:
-    # phase 1: everything that depends on nothing, longest first
+    # phase 1: everything that depends on nothing
     first: List[Run] = []
     if "depth" in only:
         first += depth_runs(p, seeds)
@@ -658,18 +712,37 @@ def run_study(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int]
         first.append(ssl_stage1(p))
     results = study.run_all(first, jobs)
     # phase 2: what depends on phase 1
-    second: List[Run] = []
+    dec = None
     if "deep-decoder" in only:
         dec, why = choose_dd_depth(p, results, seeds[0])
         (study.work / "dd-depth.json").write_text(json.dumps({"depth": dec, "why": why}) + "\n")
         log(f"deep decoder: {why}")
-        second += [r for r in dd_compare_runs(p, dec, seeds)
-                   if not (r.system == f"dd-plain-{p.dd_encoder}-{dec}" and r.seed == seeds[0])]
+    study.run_all(dependent_runs(study, p, only, seeds, results, dec, jobs), jobs)
+    # phase 3: a third seed of both systems of every close headline comparison (issue 16)
+    close, seed = close_systems(p, finished(study.work), dec), [max(seeds) + 1]
+    third = dependent_runs(study, p, only, seed, results, dec, jobs)
+    third += depth_runs(p, seed) if "depth" in only else []
+    third += baseline(p, seed) if "gpkd" in only else []
+    third = [r for r in third if r.system in close]
+    if third:
+        log(f"a third seed (under {p.close_bleu} BLEU apart): {', '.join(r.name for r in third)}")
+        study.run_all(third, jobs)
+
+
+def dependent_runs(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int], results: Dict[str, dict],
+                   dec: Optional[int], jobs: int) -> List[Run]:
+    """The seeded runs that need phase 1's results: the deep-decoder comparison at the searched
+    depth ``dec`` (its plain decoder's first seed is the search's run of that depth, same name
+    and settings, so it is not trained again), the GPKD students (after the SKD data) and the
+    skipping sub-layer's second stage."""
+    runs: List[Run] = []
+    if "deep-decoder" in only:
+        runs += dd_compare_runs(p, dec, seeds)
     if "gpkd" in only and not results.get(teacher_run(p).name, {}).get("diverged", True):
-        second += gpkd_student_runs(study, p, seeds, jobs)
+        runs += gpkd_student_runs(study, p, seeds, jobs)
     if "ssl" in only and not results.get(ssl_stage1(p).name, {}).get("diverged", True):
-        second += ssl_stage2_runs(study, p, seeds)
-    study.run_all(second, jobs)
+        runs += ssl_stage2_runs(study, p, seeds)
+    return runs
 
 
 if __name__ == "__main__":

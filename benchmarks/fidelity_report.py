@@ -40,18 +40,24 @@ def fmt(s: Optional[Tuple[float, float, int]], digits: int = 2) -> str:
 
 
 def verdict(name_a: str, a: List[dict], name_b: str, b: List[dict], key: str = "bleu",
-            higher_better: bool = True) -> str:
-    """'A > B' only when the means differ by more than each system's spread (and both have >= 2 seeds)."""
+            higher_better: bool = True, close: float = 0.0) -> str:
+    """'A > B' only when the means differ by more than each system's spread (and both have >= 2 seeds).
+    A difference under ``close`` with fewer than 3 seeds is marked as waiting for its third seed."""
     sa, sb = stat(a, key), stat(b, key)
     if sa is None or sb is None:
         return f"{name_a} vs {name_b}: not measured"
     diff = sa[0] - sb[0]
     if min(sa[2], sb[2]) < 2:
         return f"{name_a} vs {name_b}: {diff:+.2f} {key}, fewer than 2 seeds: no call"
+    seeds = f"{sa[2]} vs {sb[2]} seeds"
+    if abs(diff) < close and min(sa[2], sb[2]) < 3:
+        seeds += f"; under {close:g} apart, so a third seed is planned (issue 16) and this call waits for it"
     if abs(diff) <= max(sa[1], sb[1]):
-        return f"{name_a} vs {name_b}: {diff:+.2f} {key}, within the spread ({max(sa[1], sb[1]):.2f}): no difference"
+        return (f"{name_a} vs {name_b}: {diff:+.2f} {key}, within the spread ({max(sa[1], sb[1]):.2f}): "
+                f"no difference ({seeds})")
     better = (diff > 0) == higher_better
-    return f"{name_a} {'better' if better else 'worse'} than {name_b}: {diff:+.2f} {key} (spreads {sa[1]:.2f}, {sb[1]:.2f})"
+    return (f"{name_a} {'better' if better else 'worse'} than {name_b}: {diff:+.2f} {key} "
+            f"(spreads {sa[1]:.2f}, {sb[1]:.2f}; {seeds})")
 
 
 def table(systems: Dict[str, List[dict]], names: List[str], extra: Tuple[Tuple[str, str], ...] = ()) -> List[str]:
@@ -78,10 +84,16 @@ def _postnorm_schedule(p) -> str:
 
 def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
                  planned: Optional[List[str]] = None) -> None:
-    from fidelity import DD_KINDS, FAMILIES  # the study's names (benchmarks/ is on the path)
+    from fidelity import DD_KINDS, FAMILIES, headline_pairs  # the study's names (benchmarks/ is on the path)
 
     p = preset
     systems = by_system(results)
+    dd_sel = _read_json(work / "dd-depth.json")
+    pairs = headline_pairs(p, dd_sel["depth"] if dd_sel else None)
+
+    def calls(section: str) -> List[str]:  # the headline test-BLEU calls of one study
+        return [f"- {verdict(a, systems[a], b, systems.get(b, []), close=p.close_bleu)}"
+                for a, b in pairs[section] if a in systems]
     img = path.parent / "img"
     img.mkdir(parents=True, exist_ok=True)
     tag = f"fidelity-{p.name}"
@@ -115,12 +127,7 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
                   f"Encoders of {'/'.join(map(str, p.depths))} layers, {p.decoder_layers} decoder layers; MSC has "
                   f"{p.decoder_layers} blocks of N/{p.decoder_layers} layers.", ""]
         lines += table(systems, [n for n in depth_names if n in systems])
-        lines += ["", "Calls (test BLEU):", ""]
-        for n in p.depths:
-            for fam in FAMILIES:
-                if fam not in ("prenorm", "postnorm") and f"{fam}-{n}" in systems:
-                    base = "postnorm" if fam == "transparent-post" else "prenorm"
-                    lines.append(f"- {verdict(f'{fam}-{n}', systems[f'{fam}-{n}'], f'{base}-{n}', systems.get(f'{base}-{n}', []))}")
+        lines += ["", "Calls (test BLEU):", ""] + calls("depth")
         for fam in FAMILIES:  # degradation: does the deepest model fit its training data worse than the shallowest?
             lo, hi = f"{fam}-{p.depths[0]}", f"{fam}-{p.depths[-1]}"
             if lo != hi and lo in systems and hi in systems:
@@ -129,7 +136,6 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
         lines += ["", f"![depth](img/{tag}-depth.png)", ""]
 
     # 2. deep decoder
-    dd_sel = _read_json(work / "dd-depth.json")
     search = [f"dd-plain-{p.dd_encoder}-{d}" for d in p.dd_depths]
     if any(n in systems for n in search):
         gap = (("unk_gap", "UNK-source gap (bits)"),)
@@ -144,12 +150,9 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
             lines += ["", f"Chosen depth: {dd_sel['why']}.", ""]
             names = [f"dd-{k}-{p.dd_encoder}-{dec}" for k in DD_KINDS]
             lines += table(systems, [n for n in names if n in systems], gap)
-            lines += ["", "Calls:", ""]
-            plain = systems.get(names[0], [])
-            for n in names[1:]:
-                if n in systems:
-                    lines.append(f"- {verdict(n, systems[n], names[0], plain)}")
-                    lines.append(f"- {verdict(n, systems[n], names[0], plain, 'unk_gap')}")
+            lines += ["", "Calls:", ""] + calls("deep-decoder")
+            lines += [f"- {verdict(n, systems[n], names[0], systems.get(names[0], []), 'unk_gap')}"
+                      for n in names[1:] if n in systems]
         lines.append("")
 
     # 3. GPKD
@@ -164,10 +167,7 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
                   "(`deepnmt-extract-student`) or from scratch, trained on the SKD data; baseline: the same "
                   "shape on the references.", ""]
         lines += table(systems, [n for n in gp_names if n in systems])
-        lines += ["", "Calls:", ""]
-        pairs = [(gp_names[0], base), (gp_names[2], base), (gp_names[2], gp_names[3]), (gp_names[3], base)]
-        lines += [f"- {verdict(a, systems[a], b, systems[b])}" for a, b in pairs if a in systems and b in systems]
-        lines.append("")
+        lines += ["", "Calls:", ""] + calls("gpkd") + [""]
 
     # 4. skipping sub-layer
     s1 = f"ssl-stage1-{p.ssl_layers}"
@@ -181,8 +181,7 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
                   f"{int(p.updates * p.stage2_factor)} more updates from stage 1's best checkpoint with its Adam "
                   "state, schedule and update count (`--continue-once`), with skipping (phi 0.4) or without.", ""]
         lines += table(systems, [n for n in ssl_names if n in systems])
-        if all(n in systems for n in ssl_names[1:]):
-            lines += ["", "Calls:", "", f"- {verdict(ssl_names[2], systems[ssl_names[2]], ssl_names[1], systems[ssl_names[1]])}"]
+        lines += ["", "Calls:", ""] + calls("ssl")
         lines.append("")
 
     curves = {k: v for k, v in results.items() if v.get("losses")}

@@ -166,3 +166,83 @@ def test_post_norm_runs_use_the_presets_post_norm_schedule(tmp_path):
         assert (lr, warmup) == ((p.postnorm_lr, p.postnorm_warmup) if post else (p.lr, p.warmup)), r.name
         seen.add(r.system.rsplit("-", 1)[0] if post else None)
     assert {"postnorm", "transparent-post"} <= seen
+
+
+class _RecordingStudy:
+    """A Study that trains nothing: every run "finishes" with the test BLEU ``bleu(run)``, and the
+    names it was asked to train are recorded (the scheduling of the third seed, without fairseq)."""
+
+    def __init__(self, work, bleu):
+        self.work, self.bleu, self.trained, self.runs = work, bleu, [], {}
+
+    def dir(self, name):
+        return self.work / "runs" / name
+
+    @staticmethod
+    def updates_of(ckpt):
+        return 3200
+
+    def run_all(self, runs, jobs):
+        out = {}
+        for r in runs:
+            done = self.dir(r.name) / "done.json"
+            if not done.exists():
+                self.trained.append(r.name)
+                self.runs[r.name] = r
+                done.parent.mkdir(parents=True, exist_ok=True)
+                done.write_text(json.dumps(_run(r.system, r.seed, self.bleu(r))))
+            out[r.name] = json.loads(done.read_text())
+        return out
+
+
+@pytest.mark.parametrize("skip_gain, third", [(0.6, True), (1.6, False)])
+def test_a_headline_difference_under_1_bleu_gets_a_third_seed(tmp_path, monkeypatch, skip_gain, third):
+    """Issue 16: "3 [seeds] where the difference is under 1 BLEU". After the 2-seed runs of the
+    skipping comparison, both of its systems get seed 3, trained as seeds 1-2 were (stage 2 from
+    stage 1's best checkpoint); a difference of 1 BLEU or more gets none. The third seed is in the
+    plan, and the report's call says it waits for it until it has run."""
+    import fidelity
+    import fidelity_report
+
+    monkeypatch.setattr(fidelity_report, "FINDINGS", tmp_path / "none.md")
+    p = fidelity.PRESETS["cpu"]
+    skip, plain = f"ssl-stage2-skip-{p.ssl_layers}", f"ssl-stage2-plain-{p.ssl_layers}"
+    # seeds 1, 2: plain 17.0 / 18.0, skipping + skip_gain; a third seed moves skipping up by 1
+    bleus = {plain: 17.0, skip: 17.0 + skip_gain}
+    study = _RecordingStudy(tmp_path, lambda r: bleus.get(r.system, 15.0) + (r.seed - 1) % 2 + (r.seed == 3) * (
+        r.system == skip))
+    fidelity.run_study(study, p, ["ssl"], [1, 2], jobs=2)
+    extra = {f"{skip}-s3", f"{plain}-s3"}
+    assert set(study.trained) == {f"ssl-stage1-{p.ssl_layers}-s1", f"{skip}-s1", f"{skip}-s2", f"{plain}-s1",
+                                  f"{plain}-s2"} | (extra if third else set())
+    if third:
+        s3, s1 = study.runs[f"{skip}-s3"], study.runs[f"{skip}-s1"]
+        assert (s3.model, s3.init, s3.updates) == (s1.model, s1.init, s1.updates) and s3.seed == 3
+    results = fidelity.finished(tmp_path)
+    assert extra <= set(fidelity.planned(p, [1, 2], None, results)) or not third
+    # before the third seed the call waits for it; after it, it is an ordinary call
+    two = {n: r for n, r in results.items() if not n.endswith("-s3")}
+    for res, waits in ((two, third), (results, False)):
+        report = tmp_path / "fidelity.md"
+        fidelity_report.write_report(res, p, report, tmp_path)
+        call = [line for line in report.read_text().splitlines() if line.startswith(f"- {skip}")]
+        assert len(call) == 1 and ("a third seed is planned" in call[0]) == waits, call
+        assert ("2 vs 2 seeds" if res is two or not third else "3 vs 3 seeds") in call[0]
+
+
+def test_a_work_dir_from_before_a_new_setting_is_reused(tmp_path):
+    """A setting added to Preset after a work directory was made counts as its default there, so
+    the finished runs of a long study are not refused (close_bleu came after the CPU preset's runs)."""
+    import dataclasses
+
+    import fidelity
+
+    old = dataclasses.asdict(fidelity.PRESETS["cpu"])
+    assert old.pop("close_bleu") == 1.0  # the default
+    (tmp_path / "preset.json").write_text(json.dumps(old, default=list))
+    assert fidelity.main(["--preset", "cpu", "--work-dir", str(tmp_path), "--report-only",
+                          "--report", str(tmp_path / "r.md")]) == 0
+    old["lr"] = 0.5  # a changed setting is still refused
+    (tmp_path / "preset.json").write_text(json.dumps(old, default=list))
+    with pytest.raises(SystemExit, match="'lr': \\(0.5, 0.003\\)"):
+        fidelity.main(["--preset", "cpu", "--work-dir", str(tmp_path), "--report-only"])
