@@ -492,11 +492,17 @@ def dd_compare_runs(p: Preset, dec: int, seeds) -> List[Run]:
                             crit=dd_system(p, dec, kind)[1], unk_gap=True)]
 
 
-def teacher_run(p: Preset) -> Run:
+def teacher_run(p: Preset, seed: int = 1) -> Run:
+    """The GP-trained deep teacher.  Seed 1's averaged checkpoint makes the SKD data and the
+    students (the paper distils one teacher); every seed measures the teacher against the baseline."""
     h = p.teacher_layers // p.depths[0]
-    return Run(f"gpkd-teacher-{p.teacher_layers}-s1", f"gpkd-teacher-{p.teacher_layers}", 1,
+    return Run(f"gpkd-teacher-{p.teacher_layers}-s{seed}", f"gpkd-teacher-{p.teacher_layers}", seed,
                model_flags(p, p.teacher_layers, p.decoder_layers, "--gp-group-size", str(h)),
                updates=int(p.updates * p.stage1_factor))
+
+
+def teacher_runs(p: Preset, seeds: Sequence[int]) -> List[Run]:
+    return [teacher_run(p, s) for s in sorted({1, *seeds})]
 
 
 def gpkd_student_runs(study: Study, p: Preset, seeds, jobs: int) -> List[Run]:
@@ -554,8 +560,8 @@ def headline_pairs(p: Preset, dd_depth: Optional[int] = None) -> Dict[str, List[
 
 def close_systems(p: Preset, results: Dict[str, dict], dd_depth: Optional[int] = None) -> List[str]:
     """Systems of a headline comparison whose test-BLEU means, both over at least 2 finished seeds,
-    differ by less than ``p.close_bleu``: they get a third seed.  A system the study trains once
-    (the GPKD teacher) never gets one here: its comparison stays "fewer than 2 seeds: no call"."""
+    differ by less than ``p.close_bleu``: they get a third seed.  The one system the study trains once
+    (SSL stage 1) is in no headline comparison."""
     from fidelity_report import by_system, stat
 
     systems, out = by_system(results), set()
@@ -686,7 +692,7 @@ def planned(p: Preset, seeds: Sequence[int], dd_depth: Optional[int] = None,
     that the finished ``results`` call for."""
     dec = dd_depth or p.dd_depths[-1]
     names = [r.name for r in depth_runs(p, seeds) + dd_search_runs(p, seeds[0]) + dd_compare_runs(p, dec, seeds)
-             + [teacher_run(p)] + baseline(p, seeds) + [ssl_stage1(p)]]
+             + teacher_runs(p, seeds) + baseline(p, seeds) + [ssl_stage1(p)]]
     shape = model_flags(p, p.depths[0], p.decoder_layers)
     names += [r.name for sys_ in (f"gpkd-student-{p.depths[0]}", f"skd-only-{p.depths[0]}",
                                   f"ssl-stage2-skip-{p.ssl_layers}", f"ssl-stage2-plain-{p.ssl_layers}")
@@ -707,7 +713,7 @@ def run_study(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int]
     if "deep-decoder" in only:
         first += dd_search_runs(p, seeds[0])
     if "gpkd" in only:
-        first += [teacher_run(p)] + baseline(p, seeds)
+        first += teacher_runs(p, seeds) + baseline(p, seeds)
     if "ssl" in only:
         first.append(ssl_stage1(p))
     results = study.run_all(first, jobs)
@@ -722,7 +728,7 @@ def run_study(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int]
     close, seed = close_systems(p, finished(study.work), dec), [max(seeds) + 1]
     third = dependent_runs(study, p, only, seed, results, dec, jobs)
     third += depth_runs(p, seed) if "depth" in only else []
-    third += baseline(p, seed) if "gpkd" in only else []
+    third += teacher_runs(p, seed) + baseline(p, seed) if "gpkd" in only else []
     third = [r for r in third if r.system in close]
     if third:
         log(f"a third seed (under {p.close_bleu} BLEU apart): {', '.join(r.name for r in third)}")

@@ -161,8 +161,9 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
     if any(n in systems for n in gp_names[:1] + gp_names[2:]):
         lines += ["## 3. GPKD (Li et al. Tables 1, 6)", "",
                   f"Teacher: {p.teacher_layers}-layer pre-norm encoder GP-trained with group size h = "
-                  f"{p.teacher_layers // p.depths[0]} for {int(p.updates * p.stage1_factor)} updates, averaged; its "
-                  "translations of the training set are the SKD data. Student: "
+                  f"{p.teacher_layers // p.depths[0]} for {int(p.updates * p.stage1_factor)} updates, averaged; seed 1's "
+                  "translations of the training set are the SKD data and its layers initialise the student (the "
+                  "paper distils one teacher; the other seeds measure the teacher against the baseline). Student: "
                   f"{p.depths[0]}-{p.decoder_layers}, initialised with one layer per group "
                   "(`deepnmt-extract-student`) or from scratch, trained on the SKD data; baseline: the same "
                   "shape on the references.", ""]

@@ -78,7 +78,7 @@ def test_tiny_study_runs_every_comparison_with_two_seeds_and_resumes(tmp_path):
     dec = json.loads((work / "dd-depth.json").read_text())["depth"]
     systems = [f"{fam}-{n}" for fam in p.families for n in p.depths]
     systems += [f"dd-{k}-{p.dd_encoder}-{dec}" for k in fidelity.DD_KINDS]
-    systems += [f"gpkd-student-{p.depths[0]}", f"skd-only-{p.depths[0]}"]
+    systems += [f"gpkd-teacher-{p.teacher_layers}", f"gpkd-student-{p.depths[0]}", f"skd-only-{p.depths[0]}"]
     systems += [f"ssl-stage2-{k}-{p.ssl_layers}" for k in ("skip", "plain")]
     for system in systems:
         for seed in (1, 2):
@@ -86,7 +86,9 @@ def test_tiny_study_runs_every_comparison_with_two_seeds_and_resumes(tmp_path):
             assert not r["diverged"] and {"valid_nll", "bleu", "train_bleu"} <= set(r), r
     assert all("unk_gap" in done[f"dd-{k}-{p.dd_encoder}-{dec}-s1"] for k in fidelity.DD_KINDS)
     assert {f"dd-plain-{p.dd_encoder}-{d}-s1" for d in p.dd_depths} <= set(done)
-    # GPKD: the student starts from one layer per group of the *averaged* GP teacher
+    # GPKD: the student starts from one layer per group of the *averaged* GP teacher of seed 1
+    skd_log = (work / "skd.log").read_text()
+    assert f"gpkd-teacher-{p.teacher_layers}-s1/checkpoint_avg.pt" in skd_log and "-s2/" not in skd_log
     teacher = shlex.split(done[f"gpkd-teacher-{p.teacher_layers}-s1"]["command"])
     assert teacher[teacher.index("--gp-group-size") + 1] == str(p.teacher_layers // p.depths[0])
     student = shlex.split(done[f"gpkd-student-{p.depths[0]}-s1"]["command"])
