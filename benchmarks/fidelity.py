@@ -729,7 +729,7 @@ def run_study(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int]
     third = dependent_runs(study, p, only, seed, results, dec, jobs)
     third += depth_runs(p, seed) if "depth" in only else []
     third += teacher_runs(p, seed) + baseline(p, seed) if "gpkd" in only else []
-    third = [r for r in third if r.system in close]
+    third = [r for r in third if r.system in close and r.seed == seed[0]]  # (teacher_runs adds seed 1)
     if third:
         log(f"a third seed (under {p.close_bleu} BLEU apart): {', '.join(r.name for r in third)}")
         study.run_all(third, jobs)

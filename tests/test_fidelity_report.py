@@ -248,3 +248,24 @@ def test_a_work_dir_from_before_a_new_setting_is_reused(tmp_path):
     (tmp_path / "preset.json").write_text(json.dumps(old, default=list))
     with pytest.raises(SystemExit, match="'lr': \\(0.5, 0.003\\)"):
         fidelity.main(["--preset", "cpu", "--work-dir", str(tmp_path), "--report-only"])
+
+
+def test_a_close_teacher_gets_its_third_seed_and_only_seed_1_distils(tmp_path):
+    """GPKD: the teacher is trained with every seed; seed 1's makes the SKD data and the student
+    initialisation. A teacher less than 1 BLEU from the baseline gets a third seed, and so does the
+    baseline; the students, far from both, get none."""
+    import fidelity
+
+    p = fidelity.PRESETS["cpu"]
+    (tmp_path / "skd-bin").mkdir()
+    (tmp_path / "skd-bin" / ".done").write_text("")
+    (tmp_path / "student-init.pt").write_text("")
+    level = {f"gpkd-teacher-{p.teacher_layers}": 15.0, f"prenorm-{p.depths[0]}": 15.4,
+             f"gpkd-student-{p.depths[0]}": 20.0, f"skd-only-{p.depths[0]}": 10.0}
+    study = _RecordingStudy(tmp_path, lambda r: level[r.system] + (r.seed - 1) % 2)
+    fidelity.run_study(study, p, ["gpkd"], [1, 2], jobs=2)
+    third = [n for n in study.trained if n.endswith("-s3")]
+    assert sorted(third) == [f"gpkd-teacher-{p.teacher_layers}-s3", f"prenorm-{p.depths[0]}-s3"]
+    assert study.trained.count(f"gpkd-teacher-{p.teacher_layers}-s1") == 1
+    assert all(str(tmp_path / "student-init.pt") == str(r.init[1])
+               for n, r in study.runs.items() if n.startswith("gpkd-student"))
