@@ -4,11 +4,14 @@
     python benchmarks/fidelity.py [--preset cpu|gpu|tiny] [--only depth deep-decoder gpkd ssl]
                                    [--jobs 2] [--threads 1] [--seeds 1 2] [--report-only]
                                    [--work-dir work/fidelity/<preset>] [--report docs/fidelity.md]
+                                   [--deadline-minutes M]
 
 Every number is a ``fairseq-train``/``fairseq-generate`` command of this repository (listed in the
 report).  Runs are resumable: a finished run (``runs/<name>/done.json``) is never recomputed, an
 interrupted one resumes from its ``checkpoint_last.pt``, so the study survives being stopped and
 can be spread over several sessions; ``--report-only`` writes the report from what has finished.
+``--deadline-minutes`` stops the running commands at a wall-clock limit (exit code 3), for
+machines lent in 10-minute commands: the same command goes on.
 
 Presets (:data:`PRESETS`): ``cpu`` = the bundled LibreOffice-help corpus at width 128 and 1600
 updates (the pre-norm 6-layer baseline reaches 14 sacreBLEU); ``gpu`` = the evidence corpus of
@@ -159,16 +162,25 @@ PRELOAD = ("torch", "torch._dynamo", "fairseq_cli.train", "fairseq_cli.generate"
 _FORKSERVER_LOCK = threading.Lock()
 
 
+class Deadline(Exception):
+    """``--deadline-minutes`` has passed: the commands that were running are stopped (an interrupted
+    run resumes from its last checkpoint), nothing new starts, and the same command goes on."""
+
+
 class Launcher:
     """Runs the study's commands (console scripts, or ``python SCRIPT.py ...``) with exactly their
     argv and environment, as children forked from one interpreter that has imported :data:`PRELOAD`
     (multiprocessing's fork server).  A fresh ``fairseq-train`` spends about 6 CPU-seconds in
-    imports; the study starts a few hundred commands.  ``fork=False`` runs them as subprocesses."""
+    imports; the study starts a few hundred commands.  ``fork=False`` runs them as subprocesses.
 
-    def __init__(self, env: Dict[str, str], threads: int, fork: bool = True):
+    Each command runs in its own process group; at ``deadline`` (``time.time()``) the group is sent
+    SIGTERM (SIGKILL 30 s later), so a command's own children (``deepnmt-skd``'s shards) stop with
+    it, and :class:`Deadline` is raised."""
+
+    def __init__(self, env: Dict[str, str], threads: int, fork: bool = True, deadline: Optional[float] = None):
         import multiprocessing
 
-        self.env, self.threads = dict(env), threads
+        self.env, self.threads, self.deadline = dict(env), threads, deadline
         self.fork = fork and "forkserver" in multiprocessing.get_all_start_methods()
         if self.fork:
             self.ctx = multiprocessing.get_context("forkserver")
@@ -194,15 +206,51 @@ class Launcher:
         returns the exit code."""
         cmd = [str(c) for c in cmd]
         err = err or out
+        self.check()
         if not self.fork:
             with open(out, "a") as fo, open(err, "a") as fe:
-                return subprocess.run(cmd, stdout=fo, stderr=fe if err != out else subprocess.STDOUT,
-                                      env=self.env).returncode
+                proc = subprocess.Popen(cmd, stdout=fo, stderr=fe if err != out else subprocess.STDOUT,
+                                        env=self.env, start_new_session=True)
+                try:
+                    return proc.wait(timeout=self.left())
+                except subprocess.TimeoutExpired:
+                    self._stop(proc.pid, proc.wait)
         self._ensure_server()
         proc = self.ctx.Process(target=_launched, args=(cmd, self.env, self.threads, str(out), str(err)))
         proc.start()
-        proc.join()
+        proc.join(self.left())
+        if proc.exitcode is None:
+            self._stop(proc.pid, proc.join)
         return proc.exitcode if proc.exitcode >= 0 else 128 - proc.exitcode
+
+    def left(self) -> Optional[float]:
+        """Seconds to the deadline (None: no deadline)."""
+        return None if self.deadline is None else max(0.0, self.deadline - time.time())
+
+    def check(self) -> None:
+        if self.deadline is not None and time.time() >= self.deadline:
+            raise Deadline()
+
+    @staticmethod
+    def _stop(pid: int, wait) -> None:
+        """SIGTERM to the command's process group, SIGKILL after 30 s; then :class:`Deadline`.
+        ``wait(seconds)`` waits for the group's leader (``Popen.wait`` or ``Process.join``)."""
+        import signal
+
+        for sig, grace in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                wait(grace)
+            except subprocess.TimeoutExpired:
+                continue
+            try:  # the leader has ended; a child of it may still be in the group
+                os.killpg(pid, 0)
+            except ProcessLookupError:
+                break
+        raise Deadline()
 
 
 def _launched(cmd: List[str], env: Dict[str, str], threads: int, out: str, err: str) -> None:
@@ -213,6 +261,7 @@ def _launched(cmd: List[str], env: Dict[str, str], threads: int, out: str, err: 
 
     import torch
 
+    os.setsid()  # its own process group: the launcher stops the command and its children together
     os.environ.clear()
     os.environ.update(env)
     torch.set_num_threads(threads)
@@ -271,7 +320,7 @@ def model_flags(p: Preset, enc: int, dec: int, *flags: str) -> List[str]:
 
 class Study:
     def __init__(self, preset: Preset, work: Path, data: Path, raw: Path, threads: int = 1,
-                 short_first: bool = False, fork: bool = True):
+                 short_first: bool = False, fork: bool = True, deadline: Optional[float] = None):
         self.p, self.work, self.data, self.raw = preset, work, data, raw
         self.short_first = short_first
         # runs go in parallel (--jobs), each with this many threads: small models use cores
@@ -281,7 +330,7 @@ class Study:
         from deepnmt_fairseq.console import child_env
 
         self.env = child_env(self.env)
-        self.launch = Launcher(self.env, threads, fork)
+        self.launch = Launcher(self.env, threads, fork, deadline)
 
     def dir(self, name: str) -> Path:
         return self.work / "runs" / name
@@ -324,6 +373,7 @@ class Study:
         out = self.result(r.name)
         if out is not None:
             return out
+        self.launch.check()
         save = self.dir(r.name)
         save.mkdir(parents=True, exist_ok=True)
         cmd = self.train_command(r)
@@ -640,6 +690,9 @@ def main(argv=None):
                          "has imported torch and fairseq; same argv and environment, without the imports)")
     ap.add_argument("--corpus", help="corpus directory ({train,valid,test}.{en,de}.gz); default: the preset's")
     ap.add_argument("--report", default=str(REPO / "docs" / "fidelity.md"))
+    ap.add_argument("--deadline-minutes", type=float, metavar="M",
+                    help="stop after M minutes of wall time (the running commands are stopped, the report is "
+                         "written, exit code 3); the same command resumes. For machines lent by the 10 minutes")
     a = ap.parse_args(argv)
     # fairseq's wav2vec2_classification module calls logging.basicConfig(level=DEBUG) when it is
     # imported (by the checkpoint reader here); configure the root logger first so that its
@@ -661,16 +714,25 @@ def main(argv=None):
         raise SystemExit(f"{work} holds runs made with other settings {diff}: finished runs are reused by name, "
                          "so use another --work-dir")
     stamp.write_text(json.dumps(settings, indent=1) + "\n")
+    deadline = None if a.deadline_minutes is None else time.time() + 60 * a.deadline_minutes
+    stopped = False
     if not a.report_only:
         data, tok = prepare(p, work)
-        study = Study(p, work, data, tok, a.threads, a.order == "short-first", fork=not a.exec)
-        run_study(study, p, a.only, a.seeds, a.jobs)
+        study = Study(p, work, data, tok, a.threads, a.order == "short-first", fork=not a.exec, deadline=deadline)
+        try:
+            run_study(study, p, a.only, a.seeds, a.jobs)
+        except Deadline:
+            stopped = True
     results = finished(work)
     (work / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     from fidelity_report import write_report
 
     write_report(results, p, Path(a.report), work, planned(p, a.seeds, dd_depth(work), results))
     log(f"report: {a.report} ({len(results)} runs)")
+    if stopped:
+        log(f"--deadline-minutes {a.deadline_minutes:g} reached: the running commands were stopped; "
+            "the same command resumes the study")
+        return 3
     return 0
 
 
@@ -720,9 +782,14 @@ def run_study(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int]
     # phase 2: what depends on phase 1
     dec = None
     if "deep-decoder" in only:
-        dec, why = choose_dd_depth(p, results, seeds[0])
-        (study.work / "dd-depth.json").write_text(json.dumps({"depth": dec, "why": why}) + "\n")
-        log(f"deep decoder: {why}")
+        missing = [r.name for r in dd_search_runs(p, seeds[0]) if study.result(r.name) is None]
+        if missing:  # failed, not diverged: a re-run retries it; the depth is chosen from the whole search
+            log(f"deep decoder: the search is incomplete ({', '.join(missing)}), so no depth is chosen yet")
+            only = [s for s in only if s != "deep-decoder"]
+        else:
+            dec, why = choose_dd_depth(p, results, seeds[0])
+            (study.work / "dd-depth.json").write_text(json.dumps({"depth": dec, "why": why}) + "\n")
+            log(f"deep decoder: {why}")
     study.run_all(dependent_runs(study, p, only, seeds, results, dec, jobs), jobs)
     # phase 3: a third seed of both systems of every close headline comparison (issue 16)
     close, seed = close_systems(p, finished(study.work), dec), [max(seeds) + 1]

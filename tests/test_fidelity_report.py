@@ -67,11 +67,14 @@ def test_report_tables_have_mean_and_spread_per_system_and_every_command(tmp_pat
 def test_tiny_study_runs_every_comparison_with_two_seeds_and_resumes(tmp_path):
     """The whole pipeline at tiny size: depth, deep-decoder search and comparison, GPKD (teacher,
     SKD from the averaged teacher, extracted and scratch students), two-stage skipping; then a
-    re-run recomputes nothing."""
+    re-run recomputes nothing. Before it, a run whose deadline has passed starts nothing."""
     import fidelity
 
     work, report = tmp_path / "work", tmp_path / "fidelity.md"
     args = ["--preset", "tiny", "--work-dir", str(work), "--report", str(report), "--jobs", "2"]
+    # a deadline that has passed: nothing starts, the report is written, exit code 3, no depth chosen
+    assert fidelity.main(args + ["--deadline-minutes", "0"]) == 3
+    assert not list(work.glob("runs/*/done.json")) and report.exists() and not (work / "dd-depth.json").exists()
     assert fidelity.main(args) == 0
     p = fidelity.PRESETS["tiny"]
     done = {d.parent.name: json.loads(d.read_text()) for d in (work / "runs").glob("*/done.json")}
@@ -174,11 +177,15 @@ class _RecordingStudy:
     """A Study that trains nothing: every run "finishes" with the test BLEU ``bleu(run)``, and the
     names it was asked to train are recorded (the scheduling of the third seed, without fairseq)."""
 
-    def __init__(self, work, bleu):
-        self.work, self.bleu, self.trained, self.runs = work, bleu, [], {}
+    def __init__(self, work, bleu, fail=()):
+        self.work, self.bleu, self.trained, self.runs, self.fail = work, bleu, [], {}, set(fail)
 
     def dir(self, name):
         return self.work / "runs" / name
+
+    def result(self, name):
+        done = self.dir(name) / "done.json"
+        return json.loads(done.read_text()) if done.exists() else None
 
     @staticmethod
     def updates_of(ckpt):
@@ -188,6 +195,9 @@ class _RecordingStudy:
         out = {}
         for r in runs:
             done = self.dir(r.name) / "done.json"
+            if r.name in self.fail:  # failed without diverging (killed): not recorded, retried later
+                out[r.name] = {"name": r.name, "returncode": 1, "diverged": True}
+                continue
             if not done.exists():
                 self.trained.append(r.name)
                 self.runs[r.name] = r
@@ -269,3 +279,57 @@ def test_a_close_teacher_gets_its_third_seed_and_only_seed_1_distils(tmp_path):
     assert study.trained.count(f"gpkd-teacher-{p.teacher_layers}-s1") == 1
     assert all(str(tmp_path / "student-init.pt") == str(r.init[1])
                for n, r in study.runs.items() if n.startswith("gpkd-student"))
+
+
+@pytest.mark.parametrize("fork", [True, False])
+def test_the_deadline_stops_a_command_with_its_children_and_nothing_new_starts(tmp_path, fork):
+    """--deadline-minutes (machines lent by the 10 minutes): at the deadline the running command
+    and its own children (deepnmt-skd's fairseq-generate shards) are stopped, Deadline is raised,
+    and no command starts after it."""
+    import os
+    import sys
+    import time
+
+    import fidelity
+
+    script = tmp_path / "parent.py"
+    script.write_text("import subprocess, sys, time\n"
+                      "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+                      "open(sys.argv[1], 'w').write(str(child.pid))\n"
+                      "time.sleep(120)\n")
+    pid_file, out = tmp_path / "child.pid", tmp_path / "out.txt"
+    launcher = fidelity.Launcher(dict(os.environ), threads=1, fork=fork, deadline=time.time() + 3)
+    t0 = time.time()
+    with pytest.raises(fidelity.Deadline):
+        launcher.run([sys.executable, script, pid_file], out)
+    assert time.time() - t0 < 20
+    child = int(pid_file.read_text())
+    for _ in range(50):  # the grandchild got SIGTERM with its group; wait for its parent to reap it
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the command's child {child} outlived the deadline")
+    with pytest.raises(fidelity.Deadline):  # nothing starts after the deadline
+        launcher.run([sys.executable, "-c", f"open({str(tmp_path / 'late')!r}, 'w')"], out)
+    assert not (tmp_path / "late").exists()
+
+
+def test_the_deep_decoder_depth_waits_for_the_whole_search(tmp_path):
+    """A search run that failed without diverging (killed, out of memory) is retried by the next
+    run of the study; until then no depth is chosen and no comparison run starts."""
+    import fidelity
+
+    p = fidelity.PRESETS["cpu"]
+    search = [r.name for r in fidelity.dd_search_runs(p, 1)]
+    level = {f"dd-{k}-{p.dd_encoder}": 10.0 + 2 * i for i, k in enumerate(fidelity.DD_KINDS)}  # none close
+    study = _RecordingStudy(tmp_path, lambda r: level[r.system.rsplit("-", 1)[0]], fail=search[-1:])
+    fidelity.run_study(study, p, ["deep-decoder"], [1, 2], jobs=2)
+    assert sorted(study.trained) == sorted(search[:-1]) and not (tmp_path / "dd-depth.json").exists()
+    study.fail = set()
+    fidelity.run_study(study, p, ["deep-decoder"], [1, 2], jobs=2)
+    dec = json.loads((tmp_path / "dd-depth.json").read_text())["depth"]
+    compare = {r.name for r in fidelity.dd_compare_runs(p, dec, [1, 2])}
+    assert set(study.trained) == set(search) | compare
