@@ -376,6 +376,20 @@ class Study:
         self.launch.check()
         save = self.dir(r.name)
         save.mkdir(parents=True, exist_ok=True)
+        import fcntl
+
+        with open(save / ".lock", "w") as lock:
+            try:  # two study commands on one work directory never train the same run at once
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log(f"  {r.name}: being trained by another study command; skipped here")
+                return {"name": r.name, "system": r.system, "seed": r.seed, "diverged": True, "returncode": None}
+            return self._train(r, save)  # the lock is released when the file closes
+
+    def _train(self, r: Run, save: Path) -> dict:
+        out = self.result(r.name)  # finished by the command that held the lock
+        if out is not None:
+            return out
         cmd = self.train_command(r)
         t0 = time.time()
         if not (save / ".trained").exists():

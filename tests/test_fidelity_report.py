@@ -333,3 +333,23 @@ def test_the_deep_decoder_depth_waits_for_the_whole_search(tmp_path):
     dec = json.loads((tmp_path / "dd-depth.json").read_text())["depth"]
     compare = {r.name for r in fidelity.dd_compare_runs(p, dec, [1, 2])}
     assert set(study.trained) == set(search) | compare
+
+
+def test_a_run_being_trained_by_another_study_command_is_skipped(tmp_path):
+    """Two study commands on one work directory (a chunk started while another still runs) never
+    train the same run at once: the second skips it, records nothing, and trains it once free."""
+    import fcntl
+
+    import fidelity
+
+    p = fidelity.PRESETS["tiny"]
+    study = fidelity.Study(p, tmp_path, tmp_path / "no-data", tmp_path / "tok", fork=False)
+    run = fidelity.baseline(p, [1])[0]
+    study.dir(run.name).mkdir(parents=True)
+    with open(study.dir(run.name) / ".lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        out = study.train(run)
+    assert out["diverged"] and out["returncode"] is None and study.result(run.name) is None
+    assert not (study.dir(run.name) / "train.log").exists()  # nothing was started
+    out = study.train(run)  # the lock is free: it trains (and fails here: there is no data)
+    assert out["returncode"] not in (None, 0) and (study.dir(run.name) / "train.log").exists()
