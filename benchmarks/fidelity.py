@@ -551,9 +551,13 @@ DD_KINDS = ("plain", "cad", "crt", "cad-crt")
 
 
 def dd_compare_runs(p: Preset, dec: int, seeds) -> List[Run]:
-    return [r for kind in DD_KINDS
-            for r in seeded(f"dd-{kind}-{p.dd_encoder}-{dec}", seeds, model=dd_system(p, dec, kind)[0],
-                            crit=dd_system(p, dec, kind)[1], unk_gap=True)]
+    """Plain, CAD, CRT and CAD + CRT at the chosen depth, and the shallow plain decoder with the
+    same seeds: the search chose ``dec`` from one seed per depth, and the premise (the deeper plain
+    decoder is worse than the shallow one) is a headline call of its own."""
+    kinds = [(kind, dec) for kind in DD_KINDS] + [("plain", p.dd_depths[0])]
+    return [r for kind, d in kinds
+            for r in seeded(f"dd-{kind}-{p.dd_encoder}-{d}", seeds, model=dd_system(p, d, kind)[0],
+                            crit=dd_system(p, d, kind)[1], unk_gap=True)]
 
 
 def teacher_run(p: Preset, seed: int = 1) -> Run:
@@ -616,7 +620,8 @@ def headline_pairs(p: Preset, dd_depth: Optional[int] = None) -> Dict[str, List[
     return {
         "depth": [(f"{fam}-{n}", f"{'postnorm' if fam == 'transparent-post' else 'prenorm'}-{n}")
                   for n in p.depths for fam in fams if fam not in ("prenorm", "postnorm")],
-        "deep-decoder": [(f"dd-{k}-{p.dd_encoder}-{dec}", f"dd-plain-{p.dd_encoder}-{dec}") for k in DD_KINDS[1:]],
+        "deep-decoder": [(f"dd-plain-{p.dd_encoder}-{dec}", f"dd-plain-{p.dd_encoder}-{p.dd_depths[0]}")]  # premise
+        + [(f"dd-{k}-{p.dd_encoder}-{dec}", f"dd-plain-{p.dd_encoder}-{dec}") for k in DD_KINDS[1:]],
         "gpkd": [(f"gpkd-teacher-{p.teacher_layers}", base), (student, base), (student, skd), (skd, base)],
         "ssl": [(f"ssl-stage2-skip-{p.ssl_layers}", f"ssl-stage2-plain-{p.ssl_layers}")],
     }

@@ -141,7 +141,9 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
         gap = (("unk_gap", "UNK-source gap (bits)"),)
         lines += ["## 2. Deep decoder: CAD and collapse-reducing training (Sec. 3-4)", "",
                   f"Search (plain, {p.dd_encoder}-layer encoder, seed 1): decoder depths "
-                  f"{'/'.join(map(str, p.dd_depths))}. The UNK-source gap is the valid NLL with every source token "
+                  f"{'/'.join(map(str, p.dd_depths))}; the shallow ({p.dd_depths[0]}) and the chosen depth then "
+                  "get every seed, so that the premise (the deeper plain decoder is worse) is a call of its own. "
+                  "The UNK-source gap is the valid NLL with every source token "
                   "replaced by `<unk>` minus the NLL with the real source (bits/token): a decoder that ignores its "
                   "source has a gap near 0.", ""]
         lines += table(systems, [n for n in search if n in systems], gap)

@@ -80,7 +80,7 @@ def test_tiny_study_runs_every_comparison_with_two_seeds_and_resumes(tmp_path):
     done = {d.parent.name: json.loads(d.read_text()) for d in (work / "runs").glob("*/done.json")}
     dec = json.loads((work / "dd-depth.json").read_text())["depth"]
     systems = [f"{fam}-{n}" for fam in p.families for n in p.depths]
-    systems += [f"dd-{k}-{p.dd_encoder}-{dec}" for k in fidelity.DD_KINDS]
+    systems += [f"dd-{k}-{p.dd_encoder}-{dec}" for k in fidelity.DD_KINDS] + [f"dd-plain-{p.dd_encoder}-{p.dd_depths[0]}"]
     systems += [f"gpkd-teacher-{p.teacher_layers}", f"gpkd-student-{p.depths[0]}", f"skd-only-{p.depths[0]}"]
     systems += [f"ssl-stage2-{k}-{p.ssl_layers}" for k in ("skip", "plain")]
     for system in systems:
@@ -325,7 +325,9 @@ def test_the_deep_decoder_depth_waits_for_the_whole_search(tmp_path):
     p = fidelity.PRESETS["cpu"]
     search = [r.name for r in fidelity.dd_search_runs(p, 1)]
     level = {f"dd-{k}-{p.dd_encoder}": 10.0 + 2 * i for i, k in enumerate(fidelity.DD_KINDS)}  # none close
-    study = _RecordingStudy(tmp_path, lambda r: level[r.system.rsplit("-", 1)[0]], fail=search[-1:])
+    shallow = f"dd-plain-{p.dd_encoder}-{p.dd_depths[0]}"  # 2 BLEU above the deeper plain decoders
+    study = _RecordingStudy(tmp_path, lambda r: level[r.system.rsplit("-", 1)[0]] + 2 * (r.system == shallow),
+                            fail=search[-1:])
     fidelity.run_study(study, p, ["deep-decoder"], [1, 2], jobs=2)
     assert sorted(study.trained) == sorted(search[:-1]) and not (tmp_path / "dd-depth.json").exists()
     study.fail = set()
@@ -333,6 +335,9 @@ def test_the_deep_decoder_depth_waits_for_the_whole_search(tmp_path):
     dec = json.loads((tmp_path / "dd-depth.json").read_text())["depth"]
     compare = {r.name for r in fidelity.dd_compare_runs(p, dec, [1, 2])}
     assert set(study.trained) == set(search) | compare
+    # every kind at the chosen depth, and the shallow plain decoder, with both seeds
+    assert {f"dd-{k}-{p.dd_encoder}-{d}-s{s}" for k, d in [(k, dec) for k in fidelity.DD_KINDS] + [("plain", p.dd_depths[0])]
+            for s in (1, 2)} == compare
 
 
 def test_a_run_being_trained_by_another_study_command_is_skipped(tmp_path):
