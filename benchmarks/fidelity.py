@@ -241,7 +241,10 @@ class Launcher:
             try:
                 os.killpg(pid, sig)
             except ProcessLookupError:
-                break
+                try:  # a forked command stopped before its os.setsid(): not yet a group of its own
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    break
             try:
                 wait(grace)
             except subprocess.TimeoutExpired:

@@ -358,3 +358,21 @@ def test_a_run_being_trained_by_another_study_command_is_skipped(tmp_path):
     assert not (study.dir(run.name) / "train.log").exists()  # nothing was started
     out = study.train(run)  # the lock is free: it trains (and fails here: there is no data)
     assert out["returncode"] not in (None, 0) and (study.dir(run.name) / "train.log").exists()
+
+
+def test_the_deadline_reaches_a_command_stopped_before_it_had_its_own_process_group():
+    """A forked command calls os.setsid() first thing; a deadline in the instant before that finds
+    no process group of that id, and the command itself is stopped instead."""
+    import subprocess
+    import sys
+
+    import fidelity
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # in our own group
+    try:
+        with pytest.raises(fidelity.Deadline):
+            fidelity.Launcher._stop(proc.pid, proc.wait)
+        assert proc.poll() is not None
+    finally:
+        proc.kill()
+        proc.wait()
