@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fcntl
 import importlib.util
 import json
 import logging
@@ -379,8 +380,6 @@ class Study:
         self.launch.check()
         save = self.dir(r.name)
         save.mkdir(parents=True, exist_ok=True)
-        import fcntl
-
         with open(save / ".lock", "w") as lock:
             try:  # two study commands on one work directory never train the same run at once
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -789,18 +788,23 @@ def planned(p: Preset, seeds: Sequence[int], dd_depth: Optional[int] = None,
     return sorted(set(names))
 
 
+def independent_runs(p: Preset, only: Sequence[str], seeds: Sequence[int]) -> List[Run]:
+    """The runs that depend on no other run (the deep-decoder search with the first seed)."""
+    runs: List[Run] = []
+    if "depth" in only:
+        runs += depth_runs(p, seeds)
+    if "deep-decoder" in only:
+        runs += dd_search_runs(p, seeds[0])
+    if "gpkd" in only:
+        runs += teacher_runs(p, seeds) + baseline(p, seeds)
+    if "ssl" in only:
+        runs.append(ssl_stage1(p))
+    return runs
+
+
 def run_study(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int], jobs: int) -> None:
     # phase 1: everything that depends on nothing
-    first: List[Run] = []
-    if "depth" in only:
-        first += depth_runs(p, seeds)
-    if "deep-decoder" in only:
-        first += dd_search_runs(p, seeds[0])
-    if "gpkd" in only:
-        first += teacher_runs(p, seeds) + baseline(p, seeds)
-    if "ssl" in only:
-        first.append(ssl_stage1(p))
-    results = study.run_all(first, jobs)
+    results = study.run_all(independent_runs(p, only, seeds), jobs)
     # phase 2: what depends on phase 1
     dec = None
     if "deep-decoder" in only:
@@ -815,10 +819,8 @@ def run_study(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int]
     study.run_all(dependent_runs(study, p, only, seeds, results, dec, jobs), jobs)
     # phase 3: a third seed of both systems of every close headline comparison (issue 16)
     close, seed = close_systems(p, finished(study.work), dec), [max(seeds) + 1]
-    third = dependent_runs(study, p, only, seed, results, dec, jobs)
-    third += depth_runs(p, seed) if "depth" in only else []
-    third += teacher_runs(p, seed) + baseline(p, seed) if "gpkd" in only else []
-    third = [r for r in third if r.system in close and r.seed == seed[0]]  # (teacher_runs adds seed 1)
+    third = [r for r in independent_runs(p, only, seed) + dependent_runs(study, p, only, seed, results, dec, jobs)
+             if r.system in close and r.seed == seed[0]]  # (teacher_runs and ssl_stage1 add seed 1)
     if third:
         log(f"a third seed (under {p.close_bleu} BLEU apart): {', '.join(r.name for r in third)}")
         study.run_all(third, jobs)
