@@ -163,6 +163,11 @@ FIXES: Tuple[Fix, ...] = (
         "during interpreter finalization",
         "tests/test_fairseq_fixes.py::test_prefetch_thread_does_not_abort_the_exit",
         _rel._finish_prefetch_at_exit),
+    Fix("resume_same_batches", "fairseq.tasks.fairseq_task", "FairseqTask.get_batch_iterator", "behaviour",
+        "a run resumed from checkpoint_last.pt after its first epoch cuts its batches with another "
+        "tie-breaking seed (seed + epoch) than the uninterrupted run (seed + 1) and trains another model",
+        "tests/test_fairseq_fixes.py::test_a_resumed_run_is_the_uninterrupted_run[1]",
+        _rel._resume_with_the_starting_batches),
 )
 
 _BY_NAME: Dict[str, Fix] = {fix.name: fix for fix in FIXES}

@@ -337,3 +337,54 @@ def test_prefetch_thread_does_not_abort_the_exit(fixes, tmp_path):
         assert res.returncode == 0, res.stderr[-2000:]
     else:  # the bug the fix is for (if fairseq ever fixes it, the row can go)
         assert res.returncode == -6 and "terminate called without an active exception" in res.stderr
+
+
+RESUME_SCRIPT = textwrap.dedent("""
+    import json, re, sys
+    import torch
+    from fairseq_cli.train import cli_main
+
+    data, user_dir, work = sys.argv[1:4]
+
+    def train(save, max_update):
+        sys.argv = ["fairseq-train", data, "--user-dir", user_dir, "--arch", "deepnmt_transformer",
+                    "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
+                    "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
+                    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--share-all-embeddings",
+                    "--dropout", "0.1", "--optimizer", "adam", "--lr", "0.002", "--max-tokens", "100",
+                    "--required-batch-size-multiple", "1", "--max-update", str(max_update), "--seed", "1",
+                    "--save-dir", save, "--save-interval-updates", "10", "--disable-validation", "--cpu",
+                    "--num-workers", "0", "--no-progress-bar", "--log-format", "json", "--log-interval", "1"]
+        cli_main()
+        return torch.load(f"{save}/checkpoint_last.pt", weights_only=False)
+
+    whole = train(f"{work}/whole", 40)
+    part = train(f"{work}/part", 30)  # stopped at update 30, in a later epoch than the first
+    resumed = train(f"{work}/part", 40)  # resumed from checkpoint_last.pt (update 30)
+    diff = max((whole["model"][k] - resumed["model"][k]).abs().max().item() for k in whole["model"])
+    print("RESULT " + json.dumps({"epoch_at_stop": part["extra_state"]["train_iterator"]["epoch"],
+                                  "in_epoch": part["extra_state"]["train_iterator"]["iterations_in_epoch"],
+                                  "max_param_diff": diff}))
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixes", ["1", "-resume_same_batches"])
+def test_a_resumed_run_is_the_uninterrupted_run(fixes, data_bin, tmp_path):
+    """fairseq-train stopped mid-epoch after its first epoch and resumed from checkpoint_last.pt
+    ends with exactly the parameters of the same run uninterrupted.  Without the fix the resumed
+    run cuts its batches with another seed and ends elsewhere (the bug the row is for)."""
+    from fairseq_helpers import USER_DIR
+
+    script = tmp_path / "resume.py"
+    script.write_text(RESUME_SCRIPT)
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", DEEPNMT_FAIRSEQ_FIXES=fixes)
+    res = subprocess.run([sys.executable, str(script), str(data_bin), USER_DIR, str(tmp_path)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.split("RESULT ")[-1])
+    assert out["epoch_at_stop"] > 1 and out["in_epoch"] > 0, out  # the case of the bug: mid-epoch, epoch > 1
+    if fixes == "1":
+        assert out["max_param_diff"] == 0.0, out
+    else:
+        assert out["max_param_diff"] > 1e-4, out
