@@ -83,6 +83,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import inspect
 import logging
 import os
 import queue
@@ -533,8 +534,6 @@ def _resume_with_the_starting_batches(get_batch_iterator):
     the run would have at epoch 1 (``seed + 1``), then set the iterator's and the dataset's
     epoch to ``epoch``; ``EpochBatchIterator.load_state_dict`` then fast-forwards within it as
     before.  Any other call is fairseq's own."""
-    import inspect
-
     signature = inspect.signature(get_batch_iterator)
 
     @functools.wraps(get_batch_iterator)

@@ -340,7 +340,7 @@ def test_prefetch_thread_does_not_abort_the_exit(fixes, tmp_path):
 
 
 RESUME_SCRIPT = textwrap.dedent("""
-    import json, re, sys
+    import json, sys
     import torch
     from fairseq_cli.train import cli_main
 
