@@ -4,12 +4,17 @@
     python benchmarks/fidelity.py [--preset cpu|gpu|tiny] [--only depth deep-decoder gpkd ssl]
                                    [--jobs 2] [--threads 1] [--seeds 1 2] [--report-only]
                                    [--work-dir work/fidelity/<preset>] [--report docs/fidelity.md]
-                                   [--deadline-minutes M]
+                                   [--records benchmarks/results/fidelity/<preset>] [--deadline-minutes M]
 
 Every number is a ``fairseq-train``/``fairseq-generate`` command of this repository (listed in the
 report).  Runs are resumable: a finished run (``runs/<name>/done.json``) is never recomputed, an
 interrupted one resumes from its ``checkpoint_last.pt``, so the study survives being stopped and
 can be spread over several sessions; ``--report-only`` writes the report from what has finished.
+Each finished run's result is also kept as a *record* (``--records``, committed with the report:
+``benchmarks/results/fidelity/<preset>/<run>.json``), so that a fresh clone, whose ``work/`` is
+empty, reuses it too and regenerates the same report.  A run that still needs the checkpoint of a
+recorded run (the GPKD teacher for the SKD data, stage 1 of the skipping study) retrains that run
+in the work directory first (:meth:`Study.rebuild`).
 ``--deadline-minutes`` stops the running commands at a wall-clock limit (exit code 3), for
 machines lent in 10-minute commands: the same command goes on.
 
@@ -143,6 +148,10 @@ FAMILIES = {  # depth-study systems: flags on top of --encoder-layers N --decode
 }
 # a training that stops on these has diverged (fairseq's overflow/NaN checks, the plugin's NaN guard)
 DIVERGED = ("FloatingPointError", "NaN detected", "non-finite loss", "Minimum loss scale reached")
+# the committed results of the finished runs, per preset (``--records``)
+RECORDS = Path("benchmarks") / "results" / "fidelity"
+# what a rebuilt run (:meth:`Study.rebuild`) must reproduce of its record
+REPRODUCED = ("losses", "final_train_loss", "valid_nll", "bleu", "train_bleu", "unk_gap", "diverged")
 LS = ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
 CRT = ["--criterion", "collapse_reducing", "--label-smoothing", "0.1", "--ddr-alpha", "1.0", "--ald-alpha", "0.5"]
 
@@ -324,8 +333,9 @@ def model_flags(p: Preset, enc: int, dec: int, *flags: str) -> List[str]:
 
 class Study:
     def __init__(self, preset: Preset, work: Path, data: Path, raw: Path, threads: int = 1,
-                 short_first: bool = False, fork: bool = True, deadline: Optional[float] = None):
-        self.p, self.work, self.data, self.raw = preset, work, data, raw
+                 short_first: bool = False, fork: bool = True, deadline: Optional[float] = None,
+                 records: Optional[Path] = None):
+        self.p, self.work, self.data, self.raw, self.records = preset, work, data, raw, records
         self.short_first = short_first
         # runs go in parallel (--jobs), each with this many threads: small models use cores
         # better as separate processes than as intra-op threads
@@ -339,9 +349,39 @@ class Study:
     def dir(self, name: str) -> Path:
         return self.work / "runs" / name
 
-    def result(self, name: str) -> Optional[dict]:
-        done = self.dir(name) / "done.json"
-        return json.loads(done.read_text()) if done.exists() else None
+    def result(self, name: str, work_only: bool = False) -> Optional[dict]:
+        """The finished run's result: its ``done.json`` in the work directory, else its record."""
+        for done in (self.dir(name) / "done.json", None if work_only else record_path(self.records, name)):
+            if done is not None and done.exists():
+                return json.loads(done.read_text())
+        return None
+
+    def _save(self, name: str, out: dict) -> None:
+        """Write the result to the run's ``done.json`` and to its record (never over another record)."""
+        text = json.dumps(out, indent=1) + "\n"
+        (self.dir(name) / "done.json").write_text(text)
+        rec = record_path(self.records, name)
+        if rec is not None:
+            if rec.exists():  # a rebuild: the record stays
+                old, new = json.loads(rec.read_text()), json.loads(text)
+                if all(old.get(k) == new.get(k) for k in REPRODUCED):
+                    log(f"  {name}: the rebuilt run reproduces its record ({', '.join(REPRODUCED)})")
+                    return
+                rec = rec.with_name(f"{name}.rebuilt.json")
+                log(f"  {name}: the rebuilt run DIFFERS from its record; kept as {rec.name}, the record stays")
+            rec.parent.mkdir(parents=True, exist_ok=True)
+            tmp = rec.with_name(rec.name + ".tmp")
+            tmp.write_text(text)
+            tmp.replace(rec)
+
+    def rebuild(self, r: Run) -> dict:
+        """Train a recorded run again in this work directory, for a checkpoint that a later run needs
+        and that only the checkout which trained it had (the teacher of the SKD data, stage 1 of the
+        skipping study).  Training is deterministic (same command, same seed, one thread; resumed runs
+        included: ``resume_same_batches``), so the result should equal the record; one that does not
+        is kept next to it (``<run>.rebuilt.json``) and the record is not overwritten."""
+        log(f"rebuild {r.name}: its checkpoint is needed and only its record is here")
+        return self.train(r, rebuild=True)
 
     # ---------------------------------------------------------------- training
     def train_command(self, r: Run) -> List[str]:
@@ -372,9 +412,9 @@ class Study:
             cmd += ["--finetune-from-model" if how == "finetune" else "--continue-once", str(ckpt)]
         return cmd
 
-    def train(self, r: Run) -> dict:
+    def train(self, r: Run, rebuild: bool = False) -> dict:
         """Train (or resume) the run, average its last 3 checkpoints, evaluate; once."""
-        out = self.result(r.name)
+        out = self.result(r.name, work_only=rebuild)
         if out is not None:
             return out
         self.launch.check()
@@ -386,10 +426,10 @@ class Study:
             except BlockingIOError:
                 log(f"  {r.name}: being trained by another study command; skipped here")
                 return {"name": r.name, "system": r.system, "seed": r.seed, "diverged": True, "returncode": None}
-            return self._train(r, save)  # the lock is released when the file closes
+            return self._train(r, save, rebuild)  # the lock is released when the file closes
 
-    def _train(self, r: Run, save: Path) -> dict:
-        out = self.result(r.name)  # finished by the command that held the lock
+    def _train(self, r: Run, save: Path, rebuild: bool = False) -> dict:
+        out = self.result(r.name, work_only=rebuild)  # finished by the command that held the lock
         if out is not None:
             return out
         cmd = self.train_command(r)
@@ -403,7 +443,7 @@ class Study:
                 text = (save / "train.log").read_text(errors="replace")
                 log(f"  {r.name} FAILED (exit {code}): " + " / ".join(text.splitlines()[-3:]))
                 if any(sign in text for sign in DIVERGED):  # deterministic: recorded, not retried
-                    (save / "done.json").write_text(json.dumps(out, indent=1) + "\n")
+                    self._save(r.name, out)
                 return out  # any other failure (killed, out of memory) is retried by a re-run
             (save / ".trained").write_text(f"{time.time() - t0:.1f}\n")
         losses = self.losses(save)
@@ -419,7 +459,7 @@ class Study:
         if r.early_stop:
             out["best_update"] = self.updates_of(save / "checkpoint_best.pt")
             out["stopped_at"] = self.updates_of(save / "checkpoint_last.pt")
-        (save / "done.json").write_text(json.dumps(out, indent=1) + "\n")
+        self._save(r.name, out)
         log(f"  {r.name}: " + json.dumps({k: out.get(k) for k in ("final_train_loss", "valid_nll", "bleu",
                                                                    "train_bleu", "unk_gap", "train_seconds")}))
         return out
@@ -580,18 +620,23 @@ def gpkd_student_runs(study: Study, p: Preset, seeds, jobs: int) -> List[Run]:
     teacher = study.dir(teacher_run(p).name)
     avg = teacher / "checkpoint_avg.pt"
     skd = study.work / "skd-bin"
+    h = p.teacher_layers // p.depths[0]
+    student = study.work / "student-init.pt"
+    shape = model_flags(p, p.depths[0], p.decoder_layers)
+    runs = (seeded(f"gpkd-student-{p.depths[0]}", seeds, model=shape, data=skd, init=("finetune", student))
+            + seeded(f"skd-only-{p.depths[0]}", seeds, model=shape, data=skd))
+    if all(study.result(r.name) is not None for r in runs):
+        return runs  # all finished (here or in the records): nothing to build
+    if not ((skd / ".done").exists() and student.exists()) and not avg.exists():
+        study.rebuild(teacher_run(p))
     if not (skd / ".done").exists():
         log("SKD data: the averaged teacher translates the training set")
         study.call([exe("deepnmt-skd"), "--data", study.data, "--teacher", avg, "--output", skd,
                     "--batch-size", "128", "--shards", str(jobs), *study.device()], study.work / "skd.log")
-    h = p.teacher_layers // p.depths[0]
-    student = study.work / "student-init.pt"
     if not student.exists():  # one layer per group of h (Eq. 4), h = the teacher's GP group size
         study.call([exe("deepnmt-extract-student"), "--teacher", avg, "--encoder-group-size", str(h),
                     "--output", student], study.work / "extract-student.log")
-    shape = model_flags(p, p.depths[0], p.decoder_layers)
-    return (seeded(f"gpkd-student-{p.depths[0]}", seeds, model=shape, data=skd, init=("finetune", student))
-            + seeded(f"skd-only-{p.depths[0]}", seeds, model=shape, data=skd))
+    return runs
 
 
 def ssl_stage1(p: Preset) -> Run:
@@ -603,10 +648,15 @@ def ssl_stage1(p: Preset) -> Run:
 def ssl_stage2_runs(study: Study, p: Preset, seeds) -> List[Run]:
     """Stage 2 continues stage 1's best checkpoint (weights, Adam state, schedule, update count)."""
     s1 = study.dir(ssl_stage1(p).name)
-    start = study.updates_of(s1 / "checkpoint_best.pt")
+    best = s1 / "checkpoint_best.pt"
+    names = [f"ssl-stage2-{k}-{p.ssl_layers}-s{s}" for k in ("skip", "plain") for s in seeds]
+    if not best.exists() and any(study.result(n) is None for n in names):
+        study.rebuild(ssl_stage1(p))
+    # the best update as recorded (its checkpoint may be in another checkout's work directory)
+    start = (study.result(ssl_stage1(p).name) or {}).get("best_update") or study.updates_of(best)
     total = start + int(p.updates * p.stage2_factor)
     model = model_flags(p, p.ssl_layers, p.decoder_layers)
-    init = ("continue", s1 / "checkpoint_best.pt")
+    init = ("continue", best)
     return (seeded(f"ssl-stage2-skip-{p.ssl_layers}", seeds, model=model + ["--ssl-rate", "0.4"], updates=total,
                    init=init)
             + seeded(f"ssl-stage2-plain-{p.ssl_layers}", seeds, model=model, updates=total, init=init))
@@ -711,6 +761,10 @@ def main(argv=None):
                          "has imported torch and fairseq; same argv and environment, without the imports)")
     ap.add_argument("--corpus", help="corpus directory ({train,valid,test}.{en,de}.gz); default: the preset's")
     ap.add_argument("--report", default=str(REPO / "docs" / "fidelity.md"))
+    ap.add_argument("--records", metavar="DIR",
+                    help="where every finished run's result is also kept, to be committed: a fresh clone "
+                         "reuses them (default: benchmarks/results/fidelity/<preset>; with --work-dir: "
+                         "<work-dir>/records)")
     ap.add_argument("--deadline-minutes", type=float, metavar="M",
                     help="stop after M minutes of wall time (the running commands are stopped, the report is "
                          "written, exit code 3); the same command resumes. For machines lent by the 10 minutes")
@@ -725,30 +779,25 @@ def main(argv=None):
     if a.corpus:
         p = dataclasses.replace(p, corpus=a.corpus)
     work = Path(a.work_dir or REPO / "work" / "fidelity" / p.name).resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    stamp, settings = work / "preset.json", json.loads(json.dumps(dataclasses.asdict(p)))
-    defaults = {f.name: f.default for f in dataclasses.fields(Preset) if f.default is not dataclasses.MISSING}
-    old = json.loads(stamp.read_text()) if stamp.exists() else settings
-    # a setting added after the work directory was made counts as having had its default
-    diff = {k: (old.get(k, defaults.get(k)), v) for k, v in settings.items() if old.get(k, defaults.get(k)) != v}
-    if diff:
-        raise SystemExit(f"{work} holds runs made with other settings {diff}: finished runs are reused by name, "
-                         "so use another --work-dir")
-    stamp.write_text(json.dumps(settings, indent=1) + "\n")
+    records = Path(a.records or (work / "records" if a.work_dir else REPO / RECORDS / p.name)).resolve()
+    for d, flag in ((work, "--work-dir"), (records, "--records")):
+        _stamp_settings(d, p, flag)
     deadline = None if a.deadline_minutes is None else time.time() + 60 * a.deadline_minutes
     stopped = False
     if not a.report_only:
         data, tok = prepare(p, work)
-        study = Study(p, work, data, tok, a.threads, a.order == "short-first", fork=not a.exec, deadline=deadline)
+        study = Study(p, work, data, tok, a.threads, a.order == "short-first", fork=not a.exec, deadline=deadline,
+                      records=records)
         try:
             run_study(study, p, a.only, a.seeds, a.jobs)
         except Deadline:
             stopped = True
-    results = finished(work)
+    results = finished(work, records)
     (work / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     from fidelity_report import write_report
 
-    write_report(results, p, Path(a.report), work, planned(p, a.seeds, dd_depth(work), results))
+    write_report(results, p, Path(a.report), work, planned(p, a.seeds, dd_depth(work, records), results),
+                 records=records)
     log(f"report: {a.report} ({len(results)} runs)")
     if stopped:
         log(f"--deadline-minutes {a.deadline_minutes:g} reached: the running commands were stopped; "
@@ -757,15 +806,46 @@ def main(argv=None):
     return 0
 
 
-def finished(work: Path) -> Dict[str, dict]:
-    """Every finished run of the work directory, by name."""
-    return {d.parent.name: json.loads(d.read_text()) for d in sorted((work / "runs").glob("*/done.json"))}
+def _stamp_settings(d: Path, p: Preset, flag: str) -> None:
+    """Refuse a directory of runs made with other settings (finished runs are reused by name), then
+    stamp it with these.  A setting added after the directory was made counts as its default."""
+    d.mkdir(parents=True, exist_ok=True)
+    stamp, settings = d / "preset.json", json.loads(json.dumps(dataclasses.asdict(p)))
+    defaults = {f.name: f.default for f in dataclasses.fields(Preset) if f.default is not dataclasses.MISSING}
+    old = json.loads(stamp.read_text()) if stamp.exists() else settings
+    diff = {k: (old.get(k, defaults.get(k)), v) for k, v in settings.items() if old.get(k, defaults.get(k)) != v}
+    if diff:
+        raise SystemExit(f"{d} holds runs made with other settings {diff}: finished runs are reused by name, "
+                         f"so use another {flag}")
+    stamp.write_text(json.dumps(settings, indent=1) + "\n")
 
 
-def dd_depth(work: Path) -> Optional[int]:
+def record_path(records: Optional[Path], name: str) -> Optional[Path]:
+    return None if records is None else records / f"{name}.json"
+
+
+def finished(work: Path, records: Optional[Path] = None) -> Dict[str, dict]:
+    """Every finished run, by name: the records, and the work directory's ``done.json`` files (which
+    win: a record is a copy of one, except where a rebuild did not reproduce it)."""
+    out = {} if records is None else {
+        f.stem: json.loads(f.read_text()) for f in sorted(records.glob("*.json"))
+        if f.name not in ("preset.json", "dd-depth.json") and not f.name.endswith(".rebuilt.json")}
+    out.update({d.parent.name: json.loads(d.read_text()) for d in sorted((work / "runs").glob("*/done.json"))})
+    return dict(sorted(out.items()))
+
+
+def dd_choice(work: Path, records: Optional[Path] = None) -> Optional[dict]:
+    """The deep-decoder search's choice ({"depth", "why"}), once it has been made."""
+    for d in (work, records):
+        if d is not None and (d / "dd-depth.json").exists():
+            return json.loads((d / "dd-depth.json").read_text())
+    return None
+
+
+def dd_depth(work: Path, records: Optional[Path] = None) -> Optional[int]:
     """The deep-decoder comparison's depth, once the search has chosen it."""
-    sel = work / "dd-depth.json"
-    return json.loads(sel.read_text())["depth"] if sel.exists() else None
+    sel = dd_choice(work, records)
+    return sel["depth"] if sel else None
 
 
 def planned(p: Preset, seeds: Sequence[int], dd_depth: Optional[int] = None,
@@ -814,11 +894,16 @@ def run_study(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int]
             only = [s for s in only if s != "deep-decoder"]
         else:
             dec, why = choose_dd_depth(p, results, seeds[0])
-            (study.work / "dd-depth.json").write_text(json.dumps({"depth": dec, "why": why}) + "\n")
+            for d in {study.work, study.records} - {None}:
+                d.mkdir(parents=True, exist_ok=True)
+                (d / "dd-depth.json").write_text(json.dumps({"depth": dec, "why": why}) + "\n")
             log(f"deep decoder: {why}")
     study.run_all(dependent_runs(study, p, only, seeds, results, dec, jobs), jobs)
     # phase 3: a third seed of both systems of every close headline comparison (issue 16)
-    close, seed = close_systems(p, finished(study.work), dec), [max(seeds) + 1]
+    close, seed = close_systems(p, finished(study.work, study.records), dec), [max(seeds) + 1]
+    # only the studies with a close comparison (a dependent run may need a checkpoint rebuilt)
+    pairs = headline_pairs(p, dec)
+    only = [s for s in only if any(n in close for pair in pairs[s] for n in pair)]
     third = [r for r in independent_runs(p, only, seed) + dependent_runs(study, p, only, seed, results, dec, jobs)
              if r.system in close and r.seed == seed[0]]  # (teacher_runs and ssl_stage1 add seed 1)
     if third:
