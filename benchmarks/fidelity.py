@@ -649,17 +649,17 @@ def ssl_stage2_runs(study: Study, p: Preset, seeds) -> List[Run]:
     """Stage 2 continues stage 1's best checkpoint (weights, Adam state, schedule, update count)."""
     s1 = study.dir(ssl_stage1(p).name)
     best = s1 / "checkpoint_best.pt"
-    names = [f"ssl-stage2-{k}-{p.ssl_layers}-s{s}" for k in ("skip", "plain") for s in seeds]
-    if not best.exists() and any(study.result(n) is None for n in names):
-        study.rebuild(ssl_stage1(p))
     # the best update as recorded (its checkpoint may be in another checkout's work directory)
     start = (study.result(ssl_stage1(p).name) or {}).get("best_update") or study.updates_of(best)
     total = start + int(p.updates * p.stage2_factor)
     model = model_flags(p, p.ssl_layers, p.decoder_layers)
     init = ("continue", best)
-    return (seeded(f"ssl-stage2-skip-{p.ssl_layers}", seeds, model=model + ["--ssl-rate", "0.4"], updates=total,
+    runs = (seeded(f"ssl-stage2-skip-{p.ssl_layers}", seeds, model=model + ["--ssl-rate", "0.4"], updates=total,
                    init=init)
             + seeded(f"ssl-stage2-plain-{p.ssl_layers}", seeds, model=model, updates=total, init=init))
+    if not best.exists() and any(study.result(r.name) is None for r in runs):
+        study.rebuild(ssl_stage1(p))
+    return runs
 
 
 def headline_pairs(p: Preset, dd_depth: Optional[int] = None) -> Dict[str, List[Tuple[str, str]]]:
