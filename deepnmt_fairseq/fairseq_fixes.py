@@ -168,6 +168,11 @@ FIXES: Tuple[Fix, ...] = (
         "tie-breaking seed (seed + epoch) than the uninterrupted run (seed + 1) and trains another model",
         "tests/test_fairseq_fixes.py::test_a_resumed_run_is_the_uninterrupted_run[1]",
         _rel._resume_with_the_starting_batches),
+    Fix("bf16_on_gpu", "fairseq.options", "parse_args_and_arch", "behaviour",
+        "--bf16 sets --tpu: a CUDA run with --bf16 builds a TPU trainer and fails with "
+        "\"'NoneType' object has no attribute 'xla_device'\" (no torch_xla)",
+        "tests/test_fairseq_fixes.py::test_bf16_does_not_turn_on_tpu_mode",
+        _rel._bf16_is_not_tpu),
 )
 
 _BY_NAME: Dict[str, Fix] = {fix.name: fix for fix in FIXES}

@@ -73,6 +73,13 @@ fixes of that table.
    and resuming gives exactly the uninterrupted run (tested).  Iterators that fairseq rebuilds
    every epoch (``--rebuild-batches``, sharded data, ``disable_iterator_cache``) already use
    each epoch's own seed in both runs and are left alone.
+9. **``--bf16`` trains on the GPU.**  fairseq 0.12's ``options.parse_args_and_arch`` sets
+   ``args.tpu = True`` whenever ``--bf16`` is given (bf16 was a TPU feature when it was
+   written), so a CUDA run with ``--bf16`` builds its trainer for a TPU and fails at once with
+   "'NoneType' object has no attribute 'xla_device'" when torch_xla is not installed (seen on
+   an H100, torch 2.11).  :func:`_bf16_is_not_tpu` leaves ``--tpu`` as the user gave it: the
+   implied TPU mode is taken back when ``--tpu`` was not on the command line and torch_xla
+   cannot be imported (TPU users, who have it, keep fairseq's behaviour).
 
 The plugin keeps skipped sub-layers in the autograd graph (``graph_tie`` and
 ``BranchScaleMixin`` in ``models/deep_transformer.py``), so c10d DDP works without
@@ -554,4 +561,26 @@ def _resume_with_the_starting_batches(get_batch_iterator):
         return itr
 
     wrapper.__wrapped__ = get_batch_iterator
+    return wrapper
+
+
+# --------------------------------------------------------------------------- 9. --bf16 without a TPU
+def _bf16_is_not_tpu(parse_args_and_arch):
+    """Wrap ``fairseq.options.parse_args_and_arch`` (fix 9 of the module docstring): after
+    fairseq's parsing, ``args.tpu`` is ``False`` again when only ``--bf16`` turned it on (no
+    ``--tpu`` among the arguments) and torch_xla is not installed."""
+    import importlib.util
+    import sys
+
+    @functools.wraps(parse_args_and_arch)
+    def wrapper(parser, input_args=None, *args, **kwargs):
+        out = parse_args_and_arch(parser, input_args, *args, **kwargs)
+        parsed = out[0] if isinstance(out, tuple) else out
+        given = sys.argv[1:] if input_args is None else list(input_args)
+        if (getattr(parsed, "bf16", False) and getattr(parsed, "tpu", False) and "--tpu" not in given
+                and importlib.util.find_spec("torch_xla") is None):
+            parsed.tpu = False
+        return out
+
+    wrapper.__wrapped__ = parse_args_and_arch
     return wrapper

@@ -388,3 +388,17 @@ def test_a_resumed_run_is_the_uninterrupted_run(fixes, data_bin, tmp_path):
         assert out["max_param_diff"] == 0.0, out
     else:
         assert out["max_param_diff"] > 1e-4, out
+
+
+@pytest.mark.parametrize("extra, tpu", [([], False), (["--tpu"], True)])
+def test_bf16_does_not_turn_on_tpu_mode(extra, tpu):
+    """``--bf16`` keeps a run on its CUDA/CPU device: fairseq's parser implies ``--tpu``, whose
+    trainer then fails without torch_xla ("'NoneType' object has no attribute 'xla_device'",
+    seen on an H100); an explicit ``--tpu`` is kept.  fairseq's own parser shows the bug."""
+    from fairseq import options
+
+    argv = ["data-bin", "--arch", "transformer", "--task", "translation", "--bf16", *extra]
+    args = options.parse_args_and_arch(options.get_training_parser(), argv)
+    assert args.bf16 and args.tpu is tpu
+    raw = ff.original("bf16_on_gpu")(options.get_training_parser(), argv)
+    assert raw.tpu is True  # the bug the fix is for (if fairseq ever fixes it, the row can go)
