@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The evidence study's GPU preset on a GPU machine lent without network for short leases (the
+# `device` tool of this project's workplace: Python 3.12 with a CUDA torch, no fairseq, commands of
+# at most 10 minutes, nothing kept after the lease).  On your own GPU node you need none of this:
+#     python scripts/build_evidence_corpus.py --download
+#     python benchmarks/fidelity.py --preset gpu --jobs 4
+#
+#   bash benchmarks/fidelity_lease.sh pack                 # here: corpus, data, wheels -> .gpucarry, .whl
+#   # on the machine (carry .whl .gpucarry work/evidence-corpus):
+#   bash benchmarks/fidelity_lease.sh setup                # install fairseq + this package, place the data
+#   bash benchmarks/fidelity_lease.sh launch JOBS MINUTES  # the study in the background, stopped at MINUTES
+#   bash benchmarks/fidelity_lease.sh status               # updates per run
+#   bash benchmarks/fidelity_lease.sh pause RUN...         # SIGSTOP runs that cannot finish in the lease
+#   bash benchmarks/fidelity_lease.sh collect              # records + logs (no checkpoints) -> $OUT/gpu.tgz
+#   # back here: tar xzf gpu.tgz; copy gpu-records/*.json to benchmarks/results/fidelity/gpu/
+#
+# The records are written to work/gpu-records (ignored), not into the repository's records
+# directory, because each call re-sends the working tree.  A run that has not finished when the
+# lease ends is lost with its checkpoints (they are too large to bring back), so launch only as many
+# runs as can finish: measured on an H100 (docs/fidelity.md), 12 six-layer runs at once train at
+# 4.7 updates/s each, 4 at once at about 9.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+WORK=work/fidelity/gpu
+PY=${PYTHON:-python3}
+
+case "${1:-}" in
+  pack)
+    PY=${PYTHON:-.venv/bin/python}
+    [[ -d work/evidence-corpus/en-de ]] || "$PY" scripts/build_evidence_corpus.py --download
+    "$PY" - <<'EOF'
+import sys
+from pathlib import Path
+sys.path.insert(0, "benchmarks")
+import fidelity as F
+work = Path("work/fidelity/gpu"); work.mkdir(parents=True, exist_ok=True)
+F.prepare(F.PRESETS["gpu"], work)
+EOF
+    for d in /.whl/ /.gpucarry/; do grep -qxF "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude; done
+    rm -rf .gpucarry && mkdir -p .gpucarry/tok
+    cp -a "$WORK/data-bin" .gpucarry/
+    # what the evaluation reads (references, BPE of the held-out splits and the training sample)
+    cp -a "$WORK"/tok/{bpe.codes,test.bpe.*,test.raw.*,valid.bpe.*,valid.raw.*,trainsample.*} .gpucarry/tok/
+    mkdir -p .whl
+    plat=(--python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
+          --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
+    "$PY" -m pip download -q --no-deps --only-binary=:all: "${plat[@]}" -d .whl ve-fairseq==0.12.3 \
+      hydra-core==1.3.2 omegaconf==2.3.0 bitarray subword-nmt sacremoses
+    "$PY" -m pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3  # sdist only
+    du -sh .whl .gpucarry work/evidence-corpus ;;
+  setup)
+    "$PY" -m pip install -q --no-index --no-deps --no-compile .whl/*.whl
+    "$PY" -m pip install -q --no-index --no-deps --no-build-isolation -e .
+    mkdir -p "$WORK" && cp -a .gpucarry/data-bin .gpucarry/tok "$WORK"/
+    "$PY" -W ignore -c "import torch, fairseq, deepnmt_fairseq; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'fairseq', fairseq.__version__)" ;;
+  launch)
+    jobs=${2:?JOBS}; minutes=${3:?MINUTES}
+    (PYTHONUNBUFFERED=1 setsid nohup "$PY" -W ignore benchmarks/fidelity.py --preset gpu --jobs "$jobs" \
+       --order short-first --deadline-minutes "$minutes" --records work/gpu-records \
+       --report "$WORK/report.md" > work/gpu.log 2>&1 < /dev/null &)
+    echo "started: tail work/gpu.log" ;;
+  status)
+    for d in "$WORK"/runs/*/; do
+      [[ -f $d/train.log ]] || continue
+      echo "$(basename "$d"): $(grep -o '"num_updates": "[0-9]*"' "$d/train.log" | tail -1) $( [[ -f $d/done.json ]] && echo done)"
+    done
+    nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader || true
+    tail -n 5 work/gpu.log ;;
+  pause)
+    shift
+    for r in "$@"; do
+      for p in /proc/[0-9]*; do
+        if ls -l "$p/fd" 2>/dev/null | grep -q "runs/$r/train.log"; then kill -STOP "${p#/proc/}"; echo "paused $r (${p#/proc/})"; fi
+      done
+    done ;;
+  collect)
+    tar czf "${OUT:?OUT: where the archive goes}/gpu.tgz" --exclude='*.pt' -C work gpu.log gpu-records "fidelity/gpu/runs"
+    ls work/gpu-records ;;
+  *)
+    sed -n '2,22p' "$0"; exit 2 ;;
+esac
