@@ -22,7 +22,8 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-WORK=work/fidelity/gpu
+WORK=${FIDELITY_WORK:-work/fidelity/gpu}  # the preset's work directory (a test points it elsewhere)
+LOG=${FIDELITY_LOG:-work/gpu.log}
 PY=${PYTHON:-python3}
 
 case "${1:-}" in
@@ -58,15 +59,15 @@ EOF
     jobs=${2:?JOBS}; minutes=${3:?MINUTES}
     (PYTHONUNBUFFERED=1 setsid nohup "$PY" -W ignore benchmarks/fidelity.py --preset gpu --jobs "$jobs" \
        --order short-first --deadline-minutes "$minutes" --records work/gpu-records \
-       --report "$WORK/report.md" > work/gpu.log 2>&1 < /dev/null &)
-    echo "started: tail work/gpu.log" ;;
+       --report "$WORK/report.md" > "$LOG" 2>&1 < /dev/null &)
+    echo "started: tail $LOG" ;;
   status)
     for d in "$WORK"/runs/*/; do
       [[ -f $d/train.log ]] || continue
       echo "$(basename "$d"): $(grep -o '"num_updates": "[0-9]*"' "$d/train.log" | tail -1) $( [[ -f $d/done.json ]] && echo done)"
     done
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader || true
-    tail -n 5 work/gpu.log ;;
+    tail -n 5 "$LOG" 2>/dev/null || true ;;
   pause)
     shift
     for r in "$@"; do
@@ -75,7 +76,7 @@ EOF
       done
     done ;;
   collect)
-    tar czf "${OUT:?OUT: where the archive goes}/gpu.tgz" --exclude='*.pt' -C work gpu.log gpu-records "fidelity/gpu/runs"
+    tar czf "${OUT:?OUT: where the archive goes}/gpu.tgz" --exclude='*.pt' -C work gpu.log gpu-records fidelity/gpu/runs
     ls work/gpu-records ;;
   *)
     sed -n '2,22p' "$0"; exit 2 ;;

@@ -437,3 +437,42 @@ def test_the_deadline_reaches_a_command_stopped_before_it_had_its_own_process_gr
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_lease_script_reports_updates_and_pauses_a_run_by_its_log(tmp_path):
+    """benchmarks/fidelity_lease.sh (the GPU preset on a lent machine): ``status`` gives each
+    run's last logged update and whether it is done; ``pause RUN`` stops (SIGSTOP) exactly the
+    process that writes that run's train.log."""
+    import os
+    import re
+    import subprocess
+    import time
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "fidelity_lease.sh"
+    runs = tmp_path / "runs"
+    for name, updates, done in (("prenorm-6-s1", 1500, True), ("msc-6-s1", 1100, False)):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "train.log").write_text(
+            f'{{"num_updates": "{updates - 100}"}}\n{{"num_updates": "{updates}"}}\n')
+        if done:
+            (runs / name / "done.json").write_text("{}")
+    env = dict(os.environ, FIDELITY_WORK=str(tmp_path), FIDELITY_LOG=str(tmp_path / "gpu.log"))
+    out = subprocess.run(["bash", str(script), "status"], env=env, capture_output=True, text=True, check=True).stdout
+    assert 'prenorm-6-s1: "num_updates": "1500" done' in out
+    assert re.search(r'^msc-6-s1: "num_updates": "1100"\s*$', out, re.M), out
+
+    writers = [subprocess.Popen(["bash", "-c", f"exec 3>>{runs / name / 'train.log'}; sleep 60"])
+               for name in ("msc-6-s1", "prenorm-6-s1")]
+    try:
+        time.sleep(0.5)
+        out = subprocess.run(["bash", str(script), "pause", "msc-6-s1"], env=env, capture_output=True,
+                             text=True, check=True).stdout
+        assert f"paused msc-6-s1 ({writers[0].pid})" in out
+        states = [Path(f"/proc/{w.pid}/stat").read_text().split(") ", 1)[1][0] for w in writers]
+        assert states == ["T", "S"], states
+    finally:
+        for w in writers:
+            w.kill()
+            w.wait()
+    assert subprocess.run(["bash", str(script)], capture_output=True).returncode == 2
