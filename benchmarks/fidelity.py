@@ -760,6 +760,9 @@ def main(argv=None):
                     help="start every command as a new process (default: forked from one interpreter that "
                          "has imported torch and fairseq; same argv and environment, without the imports)")
     ap.add_argument("--corpus", help="corpus directory ({train,valid,test}.{en,de}.gz); default: the preset's")
+    ap.add_argument("--prepare-only", action="store_true",
+                    help="build the preset's binarized data in the work directory, then stop (to carry it to "
+                         "a machine without network: benchmarks/fidelity_lease.sh pack)")
     ap.add_argument("--report", default=str(REPO / "docs" / "fidelity.md"))
     ap.add_argument("--records", metavar="DIR",
                     help="where every finished run's result is also kept, to be committed: a fresh clone "
@@ -784,6 +787,9 @@ def main(argv=None):
         _stamp_settings(d, p, flag)
     deadline = None if a.deadline_minutes is None else time.time() + 60 * a.deadline_minutes
     stopped = False
+    if a.prepare_only:
+        log(f"data ready: {prepare(p, work)[0]}")
+        return 0
     if not a.report_only:
         data, tok = prepare(p, work)
         study = Study(p, work, data, tok, a.threads, a.order == "short-first", fork=not a.exec, deadline=deadline,

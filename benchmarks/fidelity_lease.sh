@@ -30,14 +30,7 @@ case "${1:-}" in
   pack)
     PY=${PYTHON:-.venv/bin/python}
     [[ -d work/evidence-corpus/en-de ]] || "$PY" scripts/build_evidence_corpus.py --download
-    "$PY" - <<'EOF'
-import sys
-from pathlib import Path
-sys.path.insert(0, "benchmarks")
-import fidelity as F
-work = Path("work/fidelity/gpu"); work.mkdir(parents=True, exist_ok=True)
-F.prepare(F.PRESETS["gpu"], work)
-EOF
+    "$PY" benchmarks/fidelity.py --preset gpu --work-dir "$WORK" --records benchmarks/results/fidelity/gpu --prepare-only
     for d in /.whl/ /.gpucarry/; do grep -qxF "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude; done
     rm -rf .gpucarry && mkdir -p .gpucarry/tok
     cp -a "$WORK/data-bin" .gpucarry/

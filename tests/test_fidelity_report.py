@@ -476,3 +476,16 @@ def test_lease_script_reports_updates_and_pauses_a_run_by_its_log(tmp_path):
             w.kill()
             w.wait()
     assert subprocess.run(["bash", str(script)], capture_output=True).returncode == 2
+
+
+def test_prepare_only_builds_the_data_and_trains_nothing(tmp_path):
+    """``--prepare-only`` (what fidelity_lease.sh pack carries to a machine without network): the
+    binarized splits and the training sample, no run and no report."""
+    import fidelity
+
+    work, report = tmp_path / "work", tmp_path / "fidelity.md"
+    assert fidelity.main(["--preset", "tiny", "--work-dir", str(work), "--report", str(report), "--prepare-only"]) == 0
+    for split in ("train", "valid", "test", "trainsample"):
+        assert (work / "data-bin" / f"{split}.en-de.de.bin").stat().st_size > 0, split
+    assert len((work / "tok" / "trainsample.raw.de").read_text().splitlines()) == fidelity.PRESETS["tiny"].train_sample
+    assert not (work / "runs").exists() and not report.exists()
