@@ -2,7 +2,7 @@
 """Evidence study: each paper's central effect, measured with models that learn, with seeds.
 
     python benchmarks/fidelity.py [--preset cpu|gpu|tiny] [--only depth deep-decoder gpkd ssl]
-                                   [--jobs 2] [--threads 1] [--seeds 1 2] [--report-only]
+                                   [--jobs 2] [--threads 1] [--seeds 1 2] [--report-only | --prepare-only]
                                    [--work-dir work/fidelity/<preset>] [--report docs/fidelity.md]
                                    [--records benchmarks/results/fidelity/<preset>] [--deadline-minutes M]
 
