@@ -3,7 +3,7 @@
 
     python benchmarks/fidelity.py [--preset cpu|gpu|tiny] [--only depth deep-decoder gpkd ssl]
                                    [--jobs 2] [--threads 1] [--seeds 1 2] [--report-only | --prepare-only]
-                                   [--work-dir work/fidelity/<preset>] [--report docs/fidelity.md]
+                                   [--work-dir work/fidelity/<preset>] [--report docs/fidelity[-gpu].md]
                                    [--records benchmarks/results/fidelity/<preset>] [--deadline-minutes M]
 
 Every number is a ``fairseq-train``/``fairseq-generate`` command of this repository (listed in the
@@ -150,6 +150,10 @@ FAMILIES = {  # depth-study systems: flags on top of --encoder-layers N --decode
 DIVERGED = ("FloatingPointError", "NaN detected", "non-finite loss", "Minimum loss scale reached")
 # the committed results of the finished runs, per preset (``--records``)
 RECORDS = Path("benchmarks") / "results" / "fidelity"
+# the committed report of each preset (``--report``); a preset not named here (``tiny``, the CI
+# test of the pipeline) writes its report and records into its work directory, so that trying it
+# never overwrites what the repository commits
+REPORTS = {"cpu": Path("docs") / "fidelity.md", "gpu": Path("docs") / "fidelity-gpu.md"}
 # what a rebuilt run (:meth:`Study.rebuild`) must reproduce of its record
 REPRODUCED = ("losses", "final_train_loss", "valid_nll", "bleu", "train_bleu", "unk_gap", "diverged")
 LS = ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
@@ -763,11 +767,12 @@ def main(argv=None):
     ap.add_argument("--prepare-only", action="store_true",
                     help="build the preset's binarized data in the work directory, then stop (to carry it to "
                          "a machine without network: benchmarks/fidelity_lease.sh pack)")
-    ap.add_argument("--report", default=str(REPO / "docs" / "fidelity.md"))
+    ap.add_argument("--report", help="default: docs/fidelity.md (cpu), docs/fidelity-gpu.md (gpu); "
+                                      "with --work-dir or another preset: <work-dir>/report.md")
     ap.add_argument("--records", metavar="DIR",
                     help="where every finished run's result is also kept, to be committed: a fresh clone "
-                         "reuses them (default: benchmarks/results/fidelity/<preset>; with --work-dir: "
-                         "<work-dir>/records)")
+                         "reuses them (default: benchmarks/results/fidelity/<preset> for cpu and gpu; with "
+                         "--work-dir or another preset: <work-dir>/records)")
     ap.add_argument("--deadline-minutes", type=float, metavar="M",
                     help="stop after M minutes of wall time (the running commands are stopped, the report is "
                          "written, exit code 3); the same command resumes. For machines lent by the 10 minutes")
@@ -781,8 +786,7 @@ def main(argv=None):
     p = PRESETS[a.preset]
     if a.corpus:
         p = dataclasses.replace(p, corpus=a.corpus)
-    work = Path(a.work_dir or REPO / "work" / "fidelity" / p.name).resolve()
-    records = Path(a.records or (work / "records" if a.work_dir else REPO / RECORDS / p.name)).resolve()
+    work, records, report = outputs(a.preset, a.work_dir, a.records, a.report)
     for d, flag in ((work, "--work-dir"), (records, "--records")):
         _stamp_settings(d, p, flag)
     deadline = None if a.deadline_minutes is None else time.time() + 60 * a.deadline_minutes
@@ -802,14 +806,26 @@ def main(argv=None):
     (work / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     from fidelity_report import write_report
 
-    write_report(results, p, Path(a.report), work, planned(p, a.seeds, dd_depth(work, records), results),
+    write_report(results, p, report, work, planned(p, a.seeds, dd_depth(work, records), results),
                  records=records)
-    log(f"report: {a.report} ({len(results)} runs)")
+    log(f"report: {report} ({len(results)} runs)")
     if stopped:
         log(f"--deadline-minutes {a.deadline_minutes:g} reached: the running commands were stopped; "
             "the same command resumes the study")
         return 3
     return 0
+
+
+def outputs(preset: str, work_dir: Optional[str], records: Optional[str], report: Optional[str]
+            ) -> Tuple[Path, Path, Path]:
+    """The work directory, records directory and report of a command.  The repository's own
+    (``RECORDS/<preset>``, ``REPORTS[preset]``) are the defaults only for the committed presets
+    run in the default work directory: a ``--work-dir`` study or a ``tiny`` one keeps both inside
+    its work directory, so that it never overwrites the committed evidence."""
+    work = Path(work_dir or REPO / "work" / "fidelity" / preset).resolve()
+    own = work_dir is None and preset in REPORTS
+    return (work, Path(records or (REPO / RECORDS / preset if own else work / "records")).resolve(),
+            Path(report or (REPO / REPORTS[preset] if own else work / "report.md")).resolve())
 
 
 def _stamp_settings(d: Path, p: Preset, flag: str) -> None:

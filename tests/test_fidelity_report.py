@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -489,3 +490,20 @@ def test_prepare_only_builds_the_data_and_trains_nothing(tmp_path):
         assert (work / "data-bin" / f"{split}.en-de.de.bin").stat().st_size > 0, split
     assert len((work / "tok" / "trainsample.raw.de").read_text().splitlines()) == fidelity.PRESETS["tiny"].train_sample
     assert not (work / "runs").exists() and not report.exists()
+
+
+def test_only_the_committed_presets_write_into_the_repository_by_default(tmp_path):
+    """`--preset cpu` and `--preset gpu` keep their records and reports apart (the GPU report
+    must not overwrite docs/fidelity.md, the CPU one); a tiny or --work-dir study keeps both in
+    its work directory, so that trying the pipeline never overwrites the committed evidence."""
+    import fidelity
+
+    repo = fidelity.REPO
+    cpu, gpu = fidelity.outputs("cpu", None, None, None), fidelity.outputs("gpu", None, None, None)
+    assert cpu[1:] == (repo / "benchmarks/results/fidelity/cpu", repo / "docs/fidelity.md")
+    assert gpu[1:] == (repo / "benchmarks/results/fidelity/gpu", repo / "docs/fidelity-gpu.md")
+    work, records, report = fidelity.outputs("tiny", None, None, None)
+    assert work == repo / "work/fidelity/tiny" and records == work / "records" and report == work / "report.md"
+    work, records, report = fidelity.outputs("cpu", str(tmp_path), None, None)
+    assert (work, records, report) == (tmp_path, tmp_path / "records", tmp_path / "report.md")
+    assert fidelity.outputs("cpu", str(tmp_path), "r", "x.md")[1:] == (Path("r").resolve(), Path("x.md").resolve())
