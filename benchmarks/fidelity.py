@@ -440,7 +440,10 @@ class Study:
         t0 = time.time()
         if not (save / ".trained").exists():
             log(f"train {r.name}")
-            code = self.launch.run(cmd, save / "train.log")
+            try:
+                code = self.launch.run(cmd, save / "train.log")
+            finally:  # train_seconds is the wall time of every segment of a stopped and resumed run
+                seconds = _add_seconds(save / ".elapsed", time.time() - t0)
             if code != 0:
                 out = {"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd),
                        "returncode": code, "diverged": True, "losses": self.losses(save)}
@@ -449,7 +452,7 @@ class Study:
                 if any(sign in text for sign in DIVERGED):  # deterministic: recorded, not retried
                     self._save(r.name, out)
                 return out  # any other failure (killed, out of memory) is retried by a re-run
-            (save / ".trained").write_text(f"{time.time() - t0:.1f}\n")
+            (save / ".trained").write_text(f"{seconds:.1f}\n")
         losses = self.losses(save)
         out = {"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd), "returncode": 0,
                "train_seconds": float((save / ".trained").read_text()), "losses": losses,
@@ -814,6 +817,13 @@ def main(argv=None):
             "the same command resumes the study")
         return 3
     return 0
+
+
+def _add_seconds(path: Path, seconds: float) -> float:
+    """Adds ``seconds`` to the total kept in ``path``; returns the new total."""
+    total = (float(path.read_text()) if path.exists() else 0.0) + seconds
+    path.write_text(f"{total:.1f}\n")
+    return total
 
 
 def outputs(preset: str, work_dir: Optional[str], records: Optional[str], report: Optional[str]

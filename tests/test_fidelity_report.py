@@ -507,3 +507,31 @@ def test_only_the_committed_presets_write_into_the_repository_by_default(tmp_pat
     work, records, report = fidelity.outputs("cpu", str(tmp_path), None, None)
     assert (work, records, report) == (tmp_path, tmp_path / "records", tmp_path / "report.md")
     assert fidelity.outputs("cpu", str(tmp_path), "r", "x.md")[1:] == (Path("r").resolve(), Path("x.md").resolve())
+
+
+def test_train_seconds_of_a_stopped_and_resumed_run_counts_every_segment(tmp_path):
+    """A run stopped at a deadline and resumed by the next command reports the wall time of both
+    segments, not only of the last."""
+    import time
+
+    import fidelity
+
+    p = fidelity.PRESETS["tiny"]
+    study = fidelity.Study(p, tmp_path, tmp_path / "no-data", tmp_path / "tok", fork=False)
+    study.evaluate = lambda *a, **k: {}
+    run = fidelity.baseline(p, [1])[0]
+    segments = iter([fidelity.Deadline(), 0])
+
+    def segment(cmd, out, err=None):
+        time.sleep(0.3)
+        step = next(segments)
+        if isinstance(step, Exception):
+            raise step
+        return step
+
+    study.launch.run = segment
+    with pytest.raises(fidelity.Deadline):
+        study.train(run)
+    assert not (study.dir(run.name) / ".trained").exists()
+    out = study.train(run)
+    assert out["returncode"] == 0 and 0.6 <= out["train_seconds"] < 5
