@@ -92,7 +92,7 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
 
     def calls(section: str) -> List[str]:  # the headline test-BLEU calls of one study
         return [f"- {verdict(a, systems[a], b, systems.get(b, []), close=p.close_bleu)}"
-                for a, b in pairs[section] if a in systems]
+                for a, b in pairs[section] if a in systems] or ["- none yet: the systems compared with a baseline have not finished"]
     img = path.parent / "img"
     img.mkdir(parents=True, exist_ok=True)
     tag = f"fidelity-{p.name}"
@@ -116,8 +116,11 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
                   + (f" ({len(failed)} failed or diverged: {', '.join(failed)})" if failed else "") + ".**"
                   + (f" Not yet run: {', '.join(missing)}. The same command resumes the study; every "
                      "comparison below is read only from what has finished." if missing else ""), ""]
-    if FINDINGS.exists() and p.name != "tiny":
-        lines += [FINDINGS.read_text().strip(), ""]
+    if p.name == "cpu":  # the hand-written findings (both presets) live in one report, the CPU one's
+        lines += [FINDINGS.read_text().strip(), ""] if FINDINGS.exists() else []
+    elif p.name != "tiny":
+        lines += ["The findings, written by hand for both presets, are in "
+                  "[docs/fidelity.md](fidelity.md#findings).", ""]
 
     # 1. depth
     depth_names = [f"{fam}-{n}" for fam in FAMILIES for n in p.depths]

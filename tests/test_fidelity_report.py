@@ -535,3 +535,23 @@ def test_train_seconds_of_a_stopped_and_resumed_run_counts_every_segment(tmp_pat
     assert not (study.dir(run.name) / ".trained").exists()
     out = study.train(run)
     assert out["returncode"] == 0 and 0.6 <= out["train_seconds"] < 5
+
+
+def test_the_findings_live_in_the_cpu_report_and_the_gpu_report_points_to_them(tmp_path, monkeypatch):
+    import fidelity
+    import fidelity_report
+
+    findings = tmp_path / "findings.md"
+    findings.write_text("## Findings\n\nthe measured story\n")
+    monkeypatch.setattr(fidelity_report, "FINDINGS", findings)
+    results = {r["name"]: r for r in (_run("prenorm-6", 1, 30.0), _run("prenorm-6", 2, 31.0))}
+    text = {}
+    for preset in ("cpu", "gpu", "tiny"):
+        report = tmp_path / preset / "fidelity.md"
+        report.parent.mkdir()
+        fidelity_report.write_report(results, fidelity.PRESETS[preset], report, tmp_path)
+        text[preset] = report.read_text()
+    assert "the measured story" in text["cpu"] and "[docs/fidelity.md](fidelity.md#findings)" not in text["cpu"]
+    assert "the measured story" not in text["gpu"] and "[docs/fidelity.md](fidelity.md#findings)" in text["gpu"]
+    assert "the measured story" not in text["tiny"] and "fidelity.md#findings" not in text["tiny"]
+    assert "- none yet: the systems compared with a baseline have not finished" in text["gpu"]
