@@ -91,8 +91,9 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
     pairs = headline_pairs(p, dd_sel["depth"] if dd_sel else None)
 
     def calls(section: str) -> List[str]:  # the headline test-BLEU calls of one study
-        return [f"- {verdict(a, systems[a], b, systems.get(b, []), close=p.close_bleu)}"
-                for a, b in pairs[section] if a in systems] or ["- none yet: the systems compared with a baseline have not finished"]
+        return ([f"- {verdict(a, systems[a], b, systems.get(b, []), close=p.close_bleu)}"
+                 for a, b in pairs[section] if a in systems]
+                or ["- none yet: the systems compared with a baseline have not finished"])
     img = path.parent / "img"
     img.mkdir(parents=True, exist_ok=True)
     tag = f"fidelity-{p.name}"
