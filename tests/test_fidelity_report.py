@@ -193,6 +193,49 @@ def test_launcher_runs_the_command_with_its_argv_environment_and_exit_code(tmp_p
     assert "PROBE" not in os.environ  # the study's own environment is left as it was
 
 
+def test_a_command_started_while_another_ends_does_not_steal_its_exit_code(tmp_path, monkeypatch):
+    """Two study threads: one waits for its command to end while the other starts one.  A
+    forkserver child's exit status is read once from a pipe, and ``Process.start()`` reads it for
+    every finished child; unguarded, the two reads raced and the loser reported exit code 255 for
+    a run that had succeeded (the tiny study lost a finished run under load).  The patched read
+    holds both readers at a barrier and lets the second in read first, so the race, when it can
+    happen, always has a loser."""
+    import os
+    import sys
+    import threading
+    import time
+    from multiprocessing import forkserver
+
+    import fidelity
+
+    script = tmp_path / "exit.py"
+    script.write_text("import sys\nsys.exit(int(sys.argv[1]))\n")
+    read_signed, barrier = forkserver.read_signed, threading.Barrier(2, timeout=3)
+    waiting = threading.Event()
+
+    def racing_read(fd):
+        if sys._getframe(1).f_code.co_name == "poll":  # an exit status (the first read is the pid)
+            waiting.set()
+            try:
+                if barrier.wait() == 0:
+                    time.sleep(0.3)
+            except threading.BrokenBarrierError:  # alone at the barrier: no race to lose
+                pass
+        return read_signed(fd)
+
+    monkeypatch.setattr(forkserver, "read_signed", racing_read)
+    launcher = fidelity.Launcher(dict(os.environ), threads=1)
+    assert launcher.fork
+    codes = {}
+    first = threading.Thread(target=lambda: codes.setdefault(
+        "first", launcher.run([sys.executable, script, "0"], tmp_path / "first.txt")))
+    first.start()
+    assert waiting.wait(60)  # the first command has ended and its exit status is being read
+    codes["second"] = launcher.run([sys.executable, script, "4"], tmp_path / "second.txt")
+    first.join()
+    assert codes == {"first": 0, "second": 4}
+
+
 def test_post_norm_runs_use_the_presets_post_norm_schedule(tmp_path):
     """Post-norm and transparent-on-post-norm runs train at the preset's post-norm lr and warm-up
     (tuned at 6-3, benchmarks/fidelity_findings.md); every other run at the shared ones."""
