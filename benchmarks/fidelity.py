@@ -263,7 +263,7 @@ class Launcher:
     @staticmethod
     def _stop(pid: int, wait) -> None:
         """SIGTERM to the command's process group, SIGKILL after 30 s; then :class:`Deadline`.
-        ``wait(seconds)`` waits for the group's leader (``Popen.wait`` or ``Process.join``)."""
+        ``wait(seconds)`` waits for the group's leader (``Popen.wait``, or :meth:`_reap` for a forked command)."""
         import signal
 
         for sig, grace in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
