@@ -131,8 +131,64 @@ def _weights_only_enforced():
             os.environ[_NO_WO_ENV] = value
 
 
+#: how a file written by torch.save begins: a zip archive (torch >= 1.6), or the legacy format's
+#: pickled magic number (any pickle protocol: LONG1 after PROTO, with a FRAME from protocol 4;
+#: the text LONG of protocols 0/1); the oldest tar format has "ustar" at offset 257
+_ZIP_MAGIC = b"PK\x03\x04"
+_LEGACY_MAGIC = b"\x8a\x0a" + torch.serialization.MAGIC_NUMBER.to_bytes(10, "little")
+_LEGACY_MAGIC_TEXT = b"L%dL\n" % torch.serialization.MAGIC_NUMBER
+
+
+def _looks_like_torch_file(head: bytes) -> bool:
+    if head.startswith(_ZIP_MAGIC) or head.startswith(_LEGACY_MAGIC_TEXT) or head[257:262] == b"ustar":
+        return True
+    if len(head) >= 2 and head[0] == 0x80:  # pickle PROTO n
+        body = head[2:]
+        if body[:1] == b"\x95":  # FRAME + 8-byte length
+            body = body[9:]
+        return body.startswith(_LEGACY_MAGIC)
+    return False
+
+
+def _not_a_torch_file(path) -> str:
+    """Why ``path`` cannot be a file written by torch.save (its first bytes), or "" if it may be
+    one (or cannot be read here: a URL, a directory, an empty file - that is a truncated save)."""
+    try:
+        if not isinstance(path, (str, os.PathLike)) or not os.path.isfile(path) or os.path.getsize(path) == 0:
+            return ""
+        with open(path, "rb") as f:
+            head = f.read(512)
+    except OSError:
+        return ""
+    if _looks_like_torch_file(head):
+        return ""
+    return (f"it begins with {head[:12]!r}, where a file written by torch.save begins with a zip header "
+            f"({_ZIP_MAGIC!r}) or torch's legacy magic number")
+
+
+def _not_readable(path, why: str) -> "CorruptCheckpointError":
+    return CorruptCheckpointError(
+        f"Cannot read checkpoint {path}: it is not a readable checkpoint ({why}). Nothing from it "
+        f"was executed. Check that the path names a checkpoint written by fairseq-train "
+        f"(checkpoint_best.pt, checkpoint_last.pt, ...)."
+    )
+
+
 def _explain(path, err: BaseException) -> Exception:
     msg = str(err)
+    # not a torch file at all (random bytes, text, another format): whatever the reader tripped
+    # on - an "Unsupported global" made of random bytes included - the honest message is that the
+    # file is not a checkpoint, not that it pickles code
+    why = _not_a_torch_file(path)
+    if why:
+        return _not_readable(path, why)
+    if isinstance(err, pickle.UnpicklingError) and "Unsupported operand" in msg:
+        # an opcode outside the weights-only reader's set: not an object it refused (that is
+        # "Unsupported global") but bytes it cannot parse (measured: pickle_protocol=4 gives 149)
+        op = next((ln.strip() for ln in msg.splitlines() if "Unsupported operand" in ln), "an unknown opcode")
+        return _not_readable(path, f"the weights-only reader stopped at {op}: the file is corrupted, or torch.save "
+                                   f"wrote it with a pickle_protocol that reader does not support; the default, "
+                                   f"2, is supported")
     if isinstance(err, pickle.UnpicklingError) and (
         "weights_only" in msg or "Unsupported global" in msg or "Weights only load failed" in msg
     ):
@@ -186,7 +242,7 @@ def wrap_loader(fn):
         with _weights_only_enforced():
             try:
                 return fn(*args, **kwargs)
-            except (pickle.UnpicklingError, EOFError, RuntimeError) as err:
+            except Exception as err:  # noqa: BLE001 - re-raised unchanged unless _explain knows it
                 new = _explain(path, err)
                 if new is err:
                     raise
@@ -220,7 +276,7 @@ def load_checkpoint(path: str, map_location="cpu") -> dict:
     try:
         with open(path, "rb") as f, _allow_listed():
             return torch.load(f, map_location=map_location, weights_only=True)
-    except (pickle.UnpicklingError, EOFError, RuntimeError) as err:
+    except Exception as err:  # noqa: BLE001 - re-raised unchanged unless _explain knows it
         new = _explain(path, err)
         if new is err:
             raise

@@ -3,6 +3,7 @@
 import argparse
 import os
 import pickle
+import random
 
 import numpy as np
 import pytest
@@ -114,3 +115,38 @@ def test_ema_reader_refuses_code_and_loads_weights(tmp_path, monkeypatch):
     with pytest.raises(UnsafeCheckpointError, match=f"Refusing to load checkpoint {evil}"):
         checkpoint_utils.load_ema_from_checkpoint(str(evil))
     assert not marker.exists(), "the pickled command ran"
+
+
+@pytest.mark.parametrize("content", [
+    random.Random(0).randbytes(1000),  # torch: "Unsupported operand"
+    random.Random(20).randbytes(1000),  # torch: KeyError
+    random.Random(195).randbytes(1000),  # torch: UnicodeDecodeError
+    b"cat sat on the\nmat\n",  # text starting with "c" (pickle's GLOBAL): torch says "Unsupported global"
+    pickle.dumps({"model": {"w": [1.0]}}, protocol=4),  # a plain pickle, not torch.save's format
+], ids=["random_operand", "random_keyerror", "random_unicode", "text_global", "plain_pickle"])
+@pytest.mark.parametrize("loader", ["ours", "fairseq"])
+def test_not_a_checkpoint_is_called_unreadable_not_unsafe(tmp_path, content, loader):
+    """A file that is not a checkpoint at all is refused as not a readable checkpoint (naming the
+    file and its first bytes), whatever torch's reader tripped on, and not as one that 'could run
+    arbitrary code'."""
+    path = tmp_path / "not-a-checkpoint.pt"
+    path.write_bytes(content)
+    load = load_checkpoint if loader == "ours" else checkpoint_utils.load_checkpoint_to_cpu
+    with pytest.raises(CorruptCheckpointError) as err:
+        load(str(path))
+    msg = str(err.value)
+    assert msg.startswith(f"Cannot read checkpoint {path}: it is not a readable checkpoint (it begins with "), msg
+    assert "arbitrary code" not in msg and "Nothing from it was executed" in msg
+
+
+def test_unsupported_pickle_protocol_is_unreadable_not_unsafe(tmp_path):
+    """torch's legacy format with pickle protocol 4 (FRAME: an opcode the weights-only reader lacks)
+    is a real torch file: not readable here, and not called unsafe."""
+    path = tmp_path / "proto4.pt"
+    torch.save({"model": {"w": torch.ones(2)}}, path, _use_new_zipfile_serialization=False, pickle_protocol=4)
+    with pytest.raises(CorruptCheckpointError, match="Unsupported operand 149.*pickle_protocol") as err:
+        load_checkpoint(str(path))
+    assert "it begins with" not in str(err.value) and "arbitrary code" not in str(err.value)
+    # the default protocol of the same format loads
+    torch.save({"model": {"w": torch.ones(2)}}, path, _use_new_zipfile_serialization=False)
+    assert torch.equal(load_checkpoint(str(path))["model"]["w"], torch.ones(2))
