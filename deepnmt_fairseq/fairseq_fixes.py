@@ -4,7 +4,7 @@ Importing ``deepnmt_fairseq`` (what ``--user-dir`` does) calls :func:`install`, 
 the rows of :data:`FIXES`; nothing else in the package replaces a fairseq attribute.  Each
 row names the attribute it replaces, the fairseq 0.12.3 bug it fixes and the test that fails
 without it.  The implementations live in ``checkpoint_safety.py`` (kind ``"safety"``) and
-``reliability.py`` (kind ``"behaviour"``); docs/reliability.md has the measurements.
+``behaviour_fixes.py`` (kind ``"behaviour"``); docs/reliability.md has the measurements.
 
 Two kinds:
 
@@ -49,7 +49,7 @@ from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 import torch
 
 from . import checkpoint_safety as _cs
-from . import reliability as _rel
+from . import behaviour_fixes as _bf
 
 logger = logging.getLogger(__name__)
 
@@ -117,41 +117,41 @@ FIXES: Tuple[Fix, ...] = (
         "checkpoint_last.pt/checkpoint_best.pt are copies made in place (shutil.copyfile): "
         "a SIGTERM during the copy leaves a truncated checkpoint_last.pt",
         "tests/test_faults.py::test_sigterm_during_a_save_keeps_the_previous_checkpoint_last[copy]",
-        _is(_rel.AtomicCopyPathManager)),
+        _is(_bf.AtomicCopyPathManager)),
     Fix("keep_last_batch", "fairseq.data.data_utils", "batch_by_size", "behaviour",
         "drops the last batch unless its size is a multiple of --required-batch-size-multiple "
         "(default 8): fairseq-generate translates 8 of 10 sentences without a word",
         "tests/test_faults.py::test_generation_keeps_the_last_partial_batch",
-        _rel._keep_last_batch),
+        _bf._keep_last_batch),
     Fix("empty_split_error", "fairseq.data.indexed_dataset", "make_dataset", "behaviour",
         "an empty split (preprocessed from an empty file) fails with 'cannot mmap an empty file'",
         "tests/test_faults.py::test_empty_training_split_gives_a_clear_error",
-        _rel._refuse_empty_file),
+        _bf._refuse_empty_file),
     Fix("unusable_split_error", "fairseq.trainer", "Trainer.get_train_iterator", "behaviour",
         "a training split whose every pair exceeds the length limits fails with "
         "'IndexError: list index out of range'",
         "tests/test_faults.py::test_training_split_filtered_out_by_length_gives_a_clear_error",
-        _rel._explain_empty_train),
+        _bf._explain_empty_train),
     Fix("explain_mismatch", "fairseq.models.fairseq_model", "BaseFairseqModel.load_state_dict", "behaviour",
         "a checkpoint of another shape or dictionary gives torch's list of missing keys and "
         "size mismatches",
         "tests/test_faults.py::test_generate_with_another_dictionary_names_the_sizes",
-        _rel._explain_mismatch),
+        _bf._explain_mismatch),
     Fix("unwrap_mismatch", "fairseq.trainer", "Trainer.load_checkpoint", "behaviour",
         "replaces any error of --restore-file/--finetune-from-model by 'please ensure that "
         "the architectures match'",
         "tests/test_faults.py::test_restore_file_with_another_layer_count_names_the_mismatch",
-        _rel._unwrap_mismatch),
+        _bf._unwrap_mismatch),
     Fix("cpu_c10d_ddp", "fairseq.models.distributed_fairseq_model", "DistributedDataParallel", "behaviour",
         "--ddp-backend c10d (the default) passes device_ids=[0] to torch's DDP, which torch "
         "refuses for a CPU model",
         "tests/test_distributed.py::test_two_ranks_train_every_stochastic_feature_and_stay_identical[msc-c10d]",
-        _is(_rel.CPUCompatibleDDP)),
+        _is(_bf.CPUCompatibleDDP)),
     Fix("ddp_bypass_check", "fairseq.trainer", "Trainer.train_step", "behaviour",
         "under c10d a criterion that calls model.encoder/decoder directly skips DDP.forward: "
         "gradients are not synchronised and the ranks silently diverge",
         "tests/test_fairseq_fixes.py::test_c10d_criterion_that_bypasses_ddp_forward_is_stopped",
-        _rel._check_ddp_forward),
+        _bf._check_ddp_forward),
     Fix("cpu_ngram_blocking", "fairseq.ngram_repeat_block", "NGramRepeatBlock._no_repeat_ngram", "behaviour",
         "--no-repeat-ngram-size does nothing without the CUDA extension (CPU decoding): the "
         "blocker compares the pad-filled end of the token buffer, not the last generated tokens",
@@ -162,17 +162,17 @@ FIXES: Tuple[Fix, ...] = (
         "called without an active exception'): the daemon prefetch thread is killed inside torch code "
         "during interpreter finalization",
         "tests/test_fairseq_fixes.py::test_prefetch_thread_does_not_abort_the_exit",
-        _rel._finish_prefetch_at_exit),
+        _bf._finish_prefetch_at_exit),
     Fix("resume_same_batches", "fairseq.tasks.fairseq_task", "FairseqTask.get_batch_iterator", "behaviour",
         "a run resumed from checkpoint_last.pt after its first epoch cuts its batches with another "
         "tie-breaking seed (seed + epoch) than the uninterrupted run (seed + 1) and trains another model",
         "tests/test_fairseq_fixes.py::test_a_resumed_run_is_the_uninterrupted_run[1]",
-        _rel._resume_with_the_starting_batches),
+        _bf._resume_with_the_starting_batches),
     Fix("bf16_on_gpu", "fairseq.options", "parse_args_and_arch", "behaviour",
         "--bf16 sets --tpu: a CUDA run with --bf16 builds a TPU trainer and fails with "
         "\"'NoneType' object has no attribute 'xla_device'\" (no torch_xla)",
         "tests/test_fairseq_fixes.py::test_bf16_does_not_turn_on_tpu_mode",
-        _rel._bf16_is_not_tpu),
+        _bf._bf16_is_not_tpu),
 )
 
 _BY_NAME: Dict[str, Fix] = {fix.name: fix for fix in FIXES}
@@ -338,7 +338,7 @@ def original(name: str):
 
 # --------------------------------------------------------------------------- listing
 def markdown_table() -> str:
-    """The table of README's "Reliability" section (a test keeps them equal)."""
+    """The table of docs/reliability.md (``tests/test_fairseq_fixes.py`` keeps them equal)."""
     rows = ["| patched | fairseq 0.12.3 bug | kind | test that fails without it |", "|---|---|---|---|"]
     for f in FIXES:
         rows.append(f"| `{f.target}` | {f.bug} | {f.kind} | `{f.test}` |")

@@ -11,7 +11,7 @@ fairseq saves checkpoints on rank 0 only and its cross-rank consistency check
 ``--save-interval-updates 1``) so that each rank also dumps its own model weights; the test
 compares the ranks' weights after every update, bitwise.
 
-The launcher calls ``deepnmt_fairseq.reliability.install()``: fairseq's c10d backend passes
+The launcher calls ``deepnmt_fairseq.fairseq_fixes.install()``: fairseq's c10d backend passes
 ``device_ids=[0]`` to torch's DDP, which torch refuses for CPU modules; the guard drops it.
 """
 
@@ -49,8 +49,8 @@ LS = ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
 LAUNCHER = r"""
 import os, sys, torch
 import deepnmt_fairseq
-from deepnmt_fairseq import reliability
-reliability.install()
+from deepnmt_fairseq import fairseq_fixes
+fairseq_fixes.install()
 from fairseq import checkpoint_utils
 _save = checkpoint_utils.save_checkpoint
 DUMP = os.environ["DEEPNMT_TEST_DUMP"]
@@ -186,13 +186,13 @@ def test_c10d_step_that_bypasses_ddp_forward_is_refused(tmp_path):
     from fairseq_helpers import build_model, random_batch
     from types import SimpleNamespace
 
-    from deepnmt_fairseq import reliability
+    from deepnmt_fairseq import behaviour_fixes, fairseq_fixes
 
-    reliability.install()
+    fairseq_fixes.install()
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
     try:
         model = build_model("deepnmt_transformer", TINY + ["--encoder-layers", "1", "--decoder-layers", "1"])
-        wrapped = ModuleProxyWrapper(reliability.CPUCompatibleDDP(model))
+        wrapped = ModuleProxyWrapper(behaviour_fixes.CPUCompatibleDDP(model))
         src, lens, tgt = random_batch(model)
 
         def through_ddp(m):
@@ -210,9 +210,9 @@ def test_c10d_step_that_bypasses_ddp_forward_is_refused(tmp_path):
         fake = SimpleNamespace(model=wrapped, data_parallel_world_size=2, data_parallel_rank=0, task=Task(),
                                get_criterion=lambda: SimpleNamespace(),
                                cfg=SimpleNamespace(distributed_training=SimpleNamespace(ddp_backend="c10d")))
-        step = reliability._check_ddp_forward(lambda self, fn: self.task.train_step(fn))
+        step = behaviour_fixes._check_ddp_forward(lambda self, fn: self.task.train_step(fn))
         step(fake, through_ddp)
-        with pytest.raises(reliability.DDPBypassError, match="--ddp-backend legacy_ddp"):
+        with pytest.raises(behaviour_fixes.DDPBypassError, match="--ddp-backend legacy_ddp"):
             step(fake, bypass)
         assert "train_step" not in fake.task.__dict__  # the per-step wrapper is removed again
     finally:

@@ -1,6 +1,6 @@
 """Bad inputs and faults: clear errors, nothing silently dropped, nothing lost.
 
-What fairseq 0.12.3 does by itself (measured) and what ``deepnmt_fairseq.reliability``
+What fairseq 0.12.3 does by itself (measured) and what ``deepnmt_fairseq.behaviour_fixes``
 changes is documented in docs/reliability.md.  Most scenarios run in one worker process
 (tests/test_matrix.py's in-process runner, guards installed); the checkpoint-file faults
 run the real console scripts, and the SIGTERM scenarios run fairseq-train's ``cli_main``
@@ -159,10 +159,10 @@ def test_training_split_filtered_out_by_length_gives_a_clear_error(faults):
 
 def test_batch_by_size_of_no_indices_is_no_batch():
     """fairseq raises IndexError (b[-1] of an empty list) when a filter left nothing."""
-    from deepnmt_fairseq import reliability
+    from deepnmt_fairseq import fairseq_fixes
     from fairseq.data import data_utils
 
-    reliability.install()
+    fairseq_fixes.install()
     assert data_utils.batch_by_size(np.array([], dtype=np.int64), None, num_tokens_vec=np.array([], dtype=np.int64),
                                     max_tokens=10, required_batch_size_multiple=8) == []
 
@@ -171,7 +171,7 @@ def test_batch_by_size_of_no_indices_is_no_batch():
 def test_generation_keeps_the_last_partial_batch():
     """fairseq 0.12 drops the last batch unless its size is a multiple of
     --required-batch-size-multiple (default 8): 10 sentences in batches of 4 -> 8 translated."""
-    from deepnmt_fairseq import reliability
+    from deepnmt_fairseq import fairseq_fixes
     from fairseq.data import data_utils
 
     idx = np.arange(10, dtype=np.int64)
@@ -182,12 +182,12 @@ def test_generation_keeps_the_last_partial_batch():
                                            required_batch_size_multiple=8)
         return sorted(int(i) for b in batches for i in b), [len(b) for b in batches]
 
-    reliability.install()
+    fairseq_fixes.install()
     try:
-        reliability.uninstall()
+        fairseq_fixes.uninstall(kinds=("behaviour",))
         stock, _ = covered()
         assert stock == list(range(8))  # what fairseq does on its own
-        reliability.install()
+        fairseq_fixes.install()
         kept, sizes_ = covered()
         assert kept == list(range(10)) and sizes_ == [4, 4, 2]
         # max-tokens batching: the same (the tail batch already respected --max-tokens)
@@ -196,7 +196,7 @@ def test_generation_keeps_the_last_partial_batch():
         assert sorted(int(i) for b in batches for i in b) == list(range(10))
         assert all(len(b) * 5 <= 23 for b in batches)
     finally:
-        reliability.install()
+        fairseq_fixes.install()
 
 
 @pytest.mark.slow
@@ -274,7 +274,7 @@ def test_generate_with_another_dictionary_names_the_sizes(faults, data_bin):
 
 
 def test_describe_mismatch_reports_dims_and_falls_back_to_keys():
-    from deepnmt_fairseq.reliability import describe_mismatch
+    from deepnmt_fairseq.behaviour_fixes import describe_mismatch
 
     def state(layers, dim, vocab):
         out = {"encoder.embed_tokens.weight": torch.zeros(vocab, dim)}
@@ -345,8 +345,8 @@ def test_restore_file_that_pickles_code_is_refused_by_fairseq_train(faults):
 KILL_LAUNCHER = r"""
 import io, os, shutil, signal, sys, time, torch
 import deepnmt_fairseq
-from deepnmt_fairseq import reliability
-reliability.install() if os.environ["DEEPNMT_TEST_GUARDS"] == "1" else reliability.uninstall()
+from deepnmt_fairseq import fairseq_fixes
+fairseq_fixes.install() if os.environ["DEEPNMT_TEST_GUARDS"] == "1" else fairseq_fixes.uninstall(kinds=("behaviour",))
 TARGET = "checkpoint_last.pt"
 
 def die_half_way(data, f):
@@ -431,7 +431,7 @@ def test_without_the_guard_the_same_sigterm_corrupts_checkpoint_last(data_bin, t
 
 
 def test_atomic_copy_replaces_whole_files_only(tmp_path):
-    from deepnmt_fairseq.reliability import AtomicCopyPathManager, atomic_copy
+    from deepnmt_fairseq.behaviour_fixes import AtomicCopyPathManager, atomic_copy
 
     src, dst = tmp_path / "a.pt", tmp_path / "b.pt"
     src.write_bytes(b"new" * 1000)
@@ -454,27 +454,27 @@ def _umask():
 
 
 def test_guards_install_and_uninstall_cleanly():
-    from deepnmt_fairseq import reliability
+    from deepnmt_fairseq import behaviour_fixes, fairseq_fixes
     from fairseq import checkpoint_utils
     from fairseq.data import data_utils
     from fairseq.models import distributed_fairseq_model
 
-    reliability.install()
+    fairseq_fixes.install()
     def current():
         return (checkpoint_utils.PathManager, data_utils.batch_by_size,
                 distributed_fairseq_model.DistributedDataParallel)
 
     guarded = current()
-    reliability.install()  # idempotent
+    fairseq_fixes.install()  # idempotent
     assert current() == guarded
-    reliability.uninstall()
+    fairseq_fixes.uninstall(kinds=("behaviour",))
     try:
-        assert checkpoint_utils.PathManager is not reliability.AtomicCopyPathManager
+        assert checkpoint_utils.PathManager is not behaviour_fixes.AtomicCopyPathManager
         assert distributed_fairseq_model.DistributedDataParallel is torch.nn.parallel.DistributedDataParallel
         assert not hasattr(data_utils.batch_by_size, "__wrapped__")
     finally:
-        reliability.install()
-    assert checkpoint_utils.PathManager is reliability.AtomicCopyPathManager
+        fairseq_fixes.install()
+    assert checkpoint_utils.PathManager is behaviour_fixes.AtomicCopyPathManager
 
 
 @pytest.mark.slow

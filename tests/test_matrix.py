@@ -249,10 +249,11 @@ def run_plan(plan_file):
     """Worker entry point: run every combination's steps, stop a combination at its first failure."""
     spec = json.loads(Path(plan_file).read_text())
     import deepnmt_fairseq  # noqa: F401
-    from deepnmt_fairseq import reliability
+    from deepnmt_fairseq import fairseq_fixes
 
-    installed_by_import = reliability.installed()  # does importing the plugin turn the guards on?
-    reliability.install()
+    behaviour = {f.name for f in fairseq_fixes.FIXES if f.kind == "behaviour"}
+    installed_by_import = behaviour <= {f.name for f in fairseq_fixes.active()}  # does importing the plugin turn the guards on?
+    fairseq_fixes.install()
     results = {"_worker": {"installed_by_import": installed_by_import}}
     for combo, steps in spec["combos"].items():
         res = results[combo] = {}

@@ -53,7 +53,7 @@ def test_second_copy_of_the_plugin_fails_clearly(tmp_path):
             print("REFUSED:", e)
         # the copy's fairseq_fixes.install() ran before the refusal: it must not wrap fairseq twice
         assert not hasattr(data_utils.batch_by_size.__wrapped__, "__wrapped__")
-        assert checkpoint_utils.PathManager.__module__ == "deepnmt_fairseq.reliability"
+        assert checkpoint_utils.PathManager.__module__ == "deepnmt_fairseq.behaviour_fixes"
         assert len(fairseq_fixes.active()) == len(fairseq_fixes.FIXES)
     """, extra_path=[tmp_path])
     assert "REFUSED: another copy of deepnmt_fairseq is already registered" in res.stdout, res.stderr[-2000:]

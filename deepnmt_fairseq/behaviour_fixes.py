@@ -1,12 +1,11 @@
-"""Reliability guards for fairseq 0.12 runs of the plugin (issue 9; docs/reliability.md).
+"""The implementations of the "behaviour" fixes to fairseq 0.12 (docs/reliability.md).
 
-The implementations of the "behaviour" fixes to what we measured going wrong in fairseq
-0.12.3 on Python 3.11 / torch 2.13, by subclassing or wrapping fairseq's own hooks; the
-happy path is unchanged except where fairseq loses data.  Which fairseq attribute each one
-replaces, on which fairseq version, and how to switch them off is decided in one place,
-``fairseq_fixes.py`` (its table ``FIXES``); this module patches nothing itself.
-:func:`install`/:func:`uninstall`/:func:`installed` are kept as shortcuts for the behaviour
-fixes of that table.
+What we measured going wrong in fairseq 0.12.3 on Python 3.11 / torch 2.13, fixed by
+subclassing or wrapping fairseq's own hooks; the happy path is unchanged except where fairseq
+loses data.  Which fairseq attribute each one replaces, on which fairseq version, and how to
+switch them off is decided in one place, ``fairseq_fixes.py`` (its table ``FIXES``, kind
+``"behaviour"``; the kind ``"safety"`` is implemented in ``checkpoint_safety.py``); this module
+patches nothing itself: ``fairseq_fixes.install()``/``uninstall()`` apply and remove it.
 
 1. **Atomic checkpoint copies.**  fairseq writes the first checkpoint of a save atomically
    (``file.tmp`` + rename) but *copies* it to the others (``checkpoint_last.pt``,
@@ -120,31 +119,6 @@ class CheckpointMismatchError(RuntimeError):
 
 class DDPBypassError(RuntimeError):
     """A training step computed its loss without DistributedDataParallel.forward."""
-
-
-# --------------------------------------------------------------------------- shortcuts
-def install() -> None:
-    """Apply the behaviour fixes of ``fairseq_fixes.FIXES`` (and the checkpoint safety), as
-    importing the plugin does: subject to ``DEEPNMT_FAIRSEQ_FIXES`` and the fairseq version."""
-    from . import fairseq_fixes
-
-    fairseq_fixes.install()
-
-
-def uninstall() -> None:
-    """Restore fairseq's originals of the behaviour fixes (tests use it to show what the guards
-    prevent); the weights-only checkpoint safety stays (``fairseq_fixes.uninstall()`` removes all)."""
-    from . import fairseq_fixes
-
-    fairseq_fixes.uninstall(kinds=("behaviour",))
-
-
-def installed() -> bool:
-    """Whether every behaviour fix is active."""
-    from . import fairseq_fixes
-
-    active = {fix.name for fix in fairseq_fixes.active()}
-    return all(fix.name in active for fix in fairseq_fixes.FIXES if fix.kind == "behaviour")
 
 
 # --------------------------------------------------------------------------- 1. atomic copies
