@@ -170,3 +170,14 @@ def child_env(env: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     theirs = [e for e in out.get("PYTHONWARNINGS", "").split(",") if e.strip() and e.strip() not in ours]
     out["PYTHONWARNINGS"] = ",".join([*theirs, *ours])
     return out
+
+
+def exe(name: str) -> str:
+    """The console script ``name`` of this interpreter's environment (beside ``sys.executable``),
+    else ``name`` as found on ``PATH``: the one command resolver of every tool that starts the
+    project's or fairseq's commands (``deepnmt-repro``, ``deepnmt-skd``, the scripts, the benchmarks)."""
+    import sys
+    from pathlib import Path
+
+    cand = Path(sys.executable).with_name(name)
+    return str(cand) if cand.exists() else name

@@ -65,16 +65,13 @@ def log(msg):
     print(f"[gpkd {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def exe(name):
-    cand = Path(sys.executable).with_name(name)
-    return str(cand) if cand.exists() else name
-
-
 def run(cmd, **kw):
-    cmd = [str(c) for c in cmd]
-    log("$ " + " ".join(shlex.quote(c) for c in cmd))
-    from deepnmt_fairseq.console import child_env  # the known-harmless warnings of fairseq's children
+    """``cmd``: a console script of this environment by name (``fairseq-train``...), then its arguments."""
+    # exe: the script beside this interpreter; child_env: the known-harmless warnings of fairseq's children
+    from deepnmt_fairseq.console import child_env, exe
 
+    cmd = [exe(str(cmd[0]))] + [str(c) for c in cmd[1:]]
+    log("$ " + " ".join(shlex.quote(c) for c in cmd))
     subprocess.run(cmd, check=True, env=child_env(), **kw)
 
 
@@ -97,7 +94,7 @@ def train(data, save: Path, arch, flags, max_update, common, extra=()):
     save.mkdir(parents=True, exist_ok=True)
     try:
         with open(save / "train.log", "a", encoding="utf-8") as logf:
-            run([exe("fairseq-train"), data, "--user-dir", USER_DIR, "--arch", arch, *flags,
+            run(["fairseq-train", data, "--user-dir", USER_DIR, "--arch", arch, *flags,
                  "--max-update", max_update, "--save-dir", save, *common, *extra], stdout=logf,
                 stderr=subprocess.STDOUT)
     except subprocess.CalledProcessError as err:
@@ -123,7 +120,7 @@ def averaged(stage_dir: Path, k: int, keep_training_state: bool = False) -> Path
 def bleu(data, ckpt: Path, out: Path, gen_args, cpu):
     if not out.exists():
         with open(out.with_suffix(".partial"), "w") as f:
-            run([exe("fairseq-generate"), data, "--user-dir", USER_DIR, "--path", ckpt,
+            run(["fairseq-generate", data, "--user-dir", USER_DIR, "--path", ckpt,
                  "--gen-subset", "test", "--required-batch-size-multiple", "1", "--remove-bpe",
                  *gen_args, *(["--cpu"] if cpu else [])], stdout=f)
         out.with_suffix(".partial").replace(out)
@@ -244,7 +241,7 @@ def main(argv=None):
 
     # 4. SKD data from the averaged teacher
     skd = work / "skd-bin"
-    run([exe("deepnmt-skd"), "--data", data, "--teacher", teacher, "--output", skd, "--shards", a.skd_shards,
+    run(["deepnmt-skd", "--data", data, "--teacher", teacher, "--output", skd, "--shards", a.skd_shards,
          *(["--cpu"] if a.cpu else []),
          *(["--max-len-a", "0", "--max-len-b", "8", "--batch-size", "128"] if a.tiny else [])])
 

@@ -26,16 +26,11 @@ import time
 from typing import Dict, Tuple
 
 from .. import generate_output
-from ..console import child_env, quiet_known_warnings
+from ..console import child_env, exe, quiet_known_warnings
 
 
 def log(msg: str) -> None:
     print(f"[skd {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def _exe(name: str) -> str:
-    cand = os.path.join(os.path.dirname(sys.executable), name)
-    return cand if os.path.exists(cand) else name
 
 
 def language_pair(data: str) -> Tuple[str, str]:
@@ -48,13 +43,6 @@ def language_pair(data: str) -> Tuple[str, str]:
     return src, tgt
 
 
-def parse_generate(path: str) -> Tuple[Dict[int, str], Dict[int, str]]:
-    """{id: source}, {id: best hypothesis} from a fairseq-generate output file."""
-    with open(path, encoding="utf-8") as f:
-        out = generate_output.parse_generate(f.read())
-    return out["srcs"], out["hyps"]
-
-
 def dataset_size(data: str, src: str, tgt: str) -> int:
     from fairseq.data import data_utils
 
@@ -65,7 +53,7 @@ def dataset_size(data: str, src: str, tgt: str) -> int:
 
 
 def translate_shard(a, shard: int, out_path: str, user_dir: str) -> None:
-    cmd = [_exe("fairseq-generate"), a.data, "--user-dir", user_dir, "--path", a.teacher,
+    cmd = [exe("fairseq-generate"), a.data, "--user-dir", user_dir, "--path", a.teacher,
            "--gen-subset", "train", "--beam", str(a.beam), "--lenpen", str(a.lenpen),
            "--max-len-a", str(a.max_len_a), "--max-len-b", str(a.max_len_b),
            "--required-batch-size-multiple", "1",
@@ -134,7 +122,9 @@ def main(argv=None) -> int:
             t0 = time.time()
             translate_shard(a, shard, out, deepnmt_fairseq.USER_DIR)
             log(f"shard {shard + 1}/{a.shards}: translated in {time.time() - t0:.0f} s")
-        s, h = parse_generate(out)
+        with open(out, encoding="utf-8") as f:
+            parsed = generate_output.parse_generate(f.read())
+        s, h = parsed["srcs"], parsed["hyps"]
         dup = set(h) & set(hyps)
         if dup:
             print(f"error: sentence ids {sorted(dup)[:5]} appear in more than one shard", file=sys.stderr)
@@ -160,7 +150,7 @@ def main(argv=None) -> int:
     if os.path.exists(tmp_out):
         shutil.rmtree(tmp_out)
     res = subprocess.run([
-        _exe("fairseq-preprocess"), "--source-lang", src, "--target-lang", tgt,
+        exe("fairseq-preprocess"), "--source-lang", src, "--target-lang", tgt,
         "--trainpref", os.path.join(text, "train"), "--destdir", tmp_out,
         "--srcdict", os.path.join(a.data, f"dict.{src}.txt"), "--tgtdict", os.path.join(a.data, f"dict.{tgt}.txt"),
         "--workers", str(a.workers),

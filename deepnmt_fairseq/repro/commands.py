@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from .. import USER_DIR as _USER_DIR
-from ..console import child_env
+from ..console import child_env, exe
 from ..models.architectures import ARCHS, cad_defaults
 from .spec import Experiment, ExtractStage, Recipe, Ref, SkdStage, TrainStage, batch_plan
 
@@ -67,11 +67,6 @@ def default_work_dir() -> Path:
 
 def log(msg: str) -> None:
     print(f"[repro {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def exe(name: str) -> str:
-    cand = Path(sys.executable).with_name(name)
-    return str(cand) if cand.exists() else name
 
 
 class ReproError(RuntimeError):
