@@ -8,6 +8,13 @@ Each input line goes through the model's own tokenization and BPE (recorded at e
 :mod:`.text`), CTranslate2 beam search, BPE removal and detokenization.  Line handling:
 
 * one output line for every input line, in input order; nothing is dropped or reordered;
+  lines are split at ``\n`` only (``\r\n`` is a line end too; a CR, form feed, NEL or U+2028
+  inside a line is whitespace, as in fairseq's tokenizer);
+* input is read as bytes and decoded as UTF-8 line by line: invalid bytes become U+FFFD (an
+  unknown word, ``<unk>``) with a warning naming the line, and the other lines are translated
+  as usual;
+* a line the pipeline or CTranslate2 fails on gives an empty output line and a warning naming
+  it, never a stopped run;
 * an empty (or all-whitespace) line gives an empty line without running the model;
 * characters and words not in the vocabulary become ``<unk>`` as in fairseq-interactive;
 * a line longer than the model's limit (``max_source_positions`` subword tokens, ``</s>``
@@ -30,10 +37,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 import time
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, TextIO
+from typing import BinaryIO, Iterable, Iterator, List, Optional, TextIO, Union
 
 from . import METADATA, require_ctranslate2
 from .text import TextPipeline, Tokenization
@@ -46,6 +54,31 @@ def read_metadata(model_dir: str) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path} missing: {model_dir} is not a directory written by deepnmt-export-ct2")
     return json.loads(path.read_text())
+
+
+_NOT_ESCAPED_BYTE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
+
+
+def to_text(line: Union[str, bytes], line_no: Optional[int] = None) -> str:
+    """One raw input line as valid Unicode text: bytes decoded as UTF-8, and text that holds
+    undecodable bytes (Python's ``surrogateescape``, as ``sys.stdin`` under the C locale gives
+    them) or lone surrogates re-decoded, invalid bytes as U+FFFD, with a warning naming the line.
+    CTranslate2 and the tokenizers get nothing else (a surrogate made CTranslate2 raise a
+    TypeError for the whole batch)."""
+    if isinstance(line, str):
+        try:
+            line.encode("utf-8")
+            return line
+        except UnicodeEncodeError:
+            # escaped bytes (U+DC80..U+DCFF) back to bytes, any other lone surrogate made invalid
+            line = _NOT_ESCAPED_BYTE.sub("\udcff", line).encode("utf-8", "surrogateescape")
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        where = f"line {line_no}" if line_no is not None else "a line"
+        logger.warning("%s: invalid UTF-8 (byte %r at offset %d); translated with U+FFFD in place of the "
+                       "invalid bytes", where, line[e.start:e.start + 1], e.start)
+        return line.decode("utf-8", "replace")
 
 
 class DeployedModel:
@@ -98,28 +131,49 @@ class DeployedModel:
             batches = [(ids, self.search_options(**search, src_len=max(len(sources[i]) for i in ids) + 1))
                        for ids in (todo[k:k + size] for k in range(0, len(todo), size))]
         for ids, batch_opts in batches:
-            results = self.translator.translate_batch([sources[i] for i in ids], **batch_opts)
+            try:
+                results = self.translator.translate_batch([sources[i] for i in ids], **batch_opts)
+            except Exception:  # noqa: BLE001 - find the line, translate the others
+                if len(ids) == 1:
+                    raise
+                results = []
+                for i in ids:
+                    try:
+                        results.append(self.translator.translate_batch([sources[i]], **batch_opts)[0])
+                    except Exception as e:  # noqa: BLE001
+                        logger.warning("%s: CTranslate2 failed on it (%s: %s); empty output line",
+                                       self._where(i), type(e).__name__, e)
+                        results.append(None)
             for i, r in zip(ids, results):
-                out[i] = list(r.hypotheses[0])
+                out[i] = list(r.hypotheses[0]) if r is not None else []
         return out
 
-    def encode(self, line: str, line_no: Optional[int] = None) -> List[str]:
-        tokens = self.pipeline.encode(line)
+    def _where(self, i: int) -> str:
+        first = getattr(self, "_first_line", None)
+        return f"line {first + i}" if first is not None else f"sentence {i + 1} of the batch"
+
+    def encode(self, line: Union[str, bytes], line_no: Optional[int] = None) -> List[str]:
+        where = f"line {line_no}" if line_no is not None else "a line"
+        try:
+            tokens = self.pipeline.encode(to_text(line, line_no))
+        except Exception as e:  # noqa: BLE001 - one bad line must not stop the run
+            logger.warning("%s: tokenization failed (%s: %s); empty output line", where, type(e).__name__, e)
+            return []
         if len(tokens) > self.max_source_tokens:
-            where = f"line {line_no}" if line_no is not None else "a line"
             logger.warning("%s: %d subword tokens, truncated to the model's limit of %d "
                            "(max_source_positions %d, </s> included)", where, len(tokens),
                            self.max_source_tokens, self.max_source_tokens + 1)
             tokens = tokens[: self.max_source_tokens]
         return tokens
 
-    def translate_lines(self, lines: Iterable[str], chunk: int = 1024, first_line: int = 1,
+    def translate_lines(self, lines: Iterable[Union[str, bytes]], chunk: int = 1024, first_line: int = 1,
                         progress=None, **search) -> Iterator[str]:
-        """Raw lines -> raw translations, one per line, in order (streamed by chunks)."""
-        buf: List[str] = []
+        """Raw lines (text, or bytes as read from a file) -> raw translations, one per line, in
+        order (streamed by chunks); see :func:`to_text` for invalid UTF-8."""
+        buf: List[Union[str, bytes]] = []
         no = first_line
         for line in lines:
-            buf.append(line.rstrip("\r\n"))
+            buf.append(line.rstrip("\r\n" if isinstance(line, str) else b"\r\n"))
             if len(buf) >= chunk:
                 yield from self._chunk(buf, no, progress, search)
                 no += len(buf)
@@ -129,12 +183,29 @@ class DeployedModel:
 
     def _chunk(self, buf: List[str], first: int, progress, search) -> Iterator[str]:
         sources = [self.encode(line, first + k) for k, line in enumerate(buf)]
-        hyps = self.translate_tokens(sources, **search)
+        self._first_line = first
+        try:
+            hyps = self.translate_tokens(sources, **search)
+        finally:
+            self._first_line = None
         self.target_tokens = getattr(self, "target_tokens", 0) + sum(len(h) + 1 for h in hyps if h)
-        for h in hyps:
-            yield self.pipeline.decode(h) if h else ""
+        for k, h in enumerate(hyps):
+            yield self._decode(h, first + k)
         if progress is not None:
             progress.update(len(buf))
+
+
+    def _decode(self, hyp: List[str], line_no: int) -> str:
+        if not hyp:
+            return ""
+        try:
+            text = self.pipeline.decode(hyp)
+        except Exception as e:  # noqa: BLE001
+            logger.warning("line %d: detokenization failed (%s: %s); the subword tokens joined instead",
+                           line_no, type(e).__name__, e)
+            text = " ".join(hyp)
+        # one output line per input line, whatever the vocabulary holds
+        return text.replace("\r", " ").replace("\n", " ")
 
 
 def _count_lines(path: str) -> int:
@@ -171,7 +242,9 @@ def main(argv=None) -> int:
         print(f"deepnmt-translate: error: {e}", file=sys.stderr)
         return 2
     search = dict(beam=a.beam, lenpen=a.lenpen, max_len=a.max_len, batch_size=a.batch_size, max_len_a=a.max_len_a)
-    src: TextIO = open(a.input, encoding="utf-8", newline="\n") if a.input else sys.stdin
+    # bytes in, decoded line by line (to_text): one invalid byte costs its line a U+FFFD and a
+    # warning, not the run (a text-mode stream raises UnicodeDecodeError mid-file)
+    src: BinaryIO = open(a.input, "rb") if a.input else getattr(sys.stdin, "buffer", sys.stdin)
     dst: TextIO = open(a.output, "w", encoding="utf-8", newline="\n") if a.output else sys.stdout
     progress = None
     if a.input and not a.no_progress:

@@ -315,6 +315,112 @@ def test_translate_reads_stdin(checkpoints, tmp_path, monkeypatch, capsys):
     assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2], lines
 
 
+# raw text as a new user may have it: one line per kind of trouble (bytes, as in a file)
+RAW_LINES = [
+    b"the cat sees a dog",
+    b"",
+    b"the \xff dog runs",  # an invalid UTF-8 byte
+    b"\x80\x81\xfe",  # nothing but invalid bytes
+    "the dog and the cat".encode() + b"\xc3",  # a multi-byte character cut at the end
+    " ".join(["the big red dog"] * 20).encode(),  # longer than the model's 24 positions
+    "猫が犬を見る ᚠᛇᚻ القط 🐈 Ωμέγα".encode(),  # scripts the model never saw
+    b"the \x00 cat \x1b[31m dog\x0c\x0b \x1c\x1d\x1e \x07 sees",  # ASCII control characters
+    "a\u0085b\u2028c\u2029d \u200e\u200f\ufeff the dog".encode(),  # Unicode line/paragraph separators, marks
+    b"the cat\rsees a dog\r",  # a lone CR inside the line, and CRLF
+    b"   \t ",
+    b"the dog runs",  # the last line, without a final newline
+]
+BAD_UTF8_LINES = (3, 4, 5)  # 1-based
+
+
+def _check_raw_output(out_bytes: bytes, stderr: str, deployed):
+    """One output line per input line, in order; the valid lines translated as on their own; a
+    warning naming each line with invalid UTF-8."""
+    got = out_bytes.decode("utf-8").split("\n")  # the output is valid UTF-8
+    assert got[-1] == "" and len(got) - 1 == len(RAW_LINES), got
+    got = got[:-1]
+    assert got[1] == "" and got[10] == "", got
+    assert all(got[i] for i in range(len(RAW_LINES)) if i not in (1, 10)), got
+    for i in (0, 6, 7, 11):  # valid lines around the bad ones, as they translate on their own
+        assert got[i] == next(deployed.translate_lines([RAW_LINES[i].decode()], beam=2)), (i, got)
+    for no in BAD_UTF8_LINES:
+        assert f"line {no}: invalid UTF-8" in stderr, stderr
+    assert "line 1:" not in stderr and "line 2:" not in stderr and "Traceback" not in stderr, stderr
+
+
+@needs_ct2
+@pytest.mark.parametrize("variant", ["prenorm", "gpkd_student"])
+def test_translate_raw_text_guarantees(variant, checkpoints, tmp_path):
+    """Any bytes in, one output line per input line, in order, never a crash: invalid UTF-8 (issue
+    36: a UnicodeDecodeError with --input, a TypeError inside CTranslate2 on stdin), control
+    characters, unknown scripts, Unicode line separators, CRs, a long line; through --input and
+    through standard input (under the C locale, where Python reads stdin with surrogateescape);
+    the base model and the distilled (GPKD) student."""
+    import os
+    import subprocess
+    import sys
+
+    from deepnmt_deploy.translate import DeployedModel
+
+    out, _ = _export(checkpoints(variant), tmp_path / "model")
+    deployed = DeployedModel(out)
+    raw = b"\n".join(RAW_LINES)
+    src = tmp_path / "in.txt"
+    src.write_bytes(raw)
+    res = run_cli("deepnmt-translate", "--model", out, "--input", src, "--output", tmp_path / "out.txt",
+                  "--beam", "2", "--batch-size", "3")
+    _check_raw_output((tmp_path / "out.txt").read_bytes(), res.stderr, deployed)
+    file_out = (tmp_path / "out.txt").read_bytes()
+    exe = Path(sys.executable).with_name("deepnmt-translate")
+    env = dict(os.environ, LC_ALL="C", LANG="C", OMP_NUM_THREADS="1")
+    env.pop("PYTHONIOENCODING", None)
+    res = subprocess.run([str(exe), "--model", out, "--beam", "2", "--batch-size", "3"], input=raw,
+                         capture_output=True, env=env, timeout=300)
+    stderr = res.stderr.decode("utf-8", "replace")
+    assert res.returncode == 0, stderr[-3000:]
+    _check_raw_output(res.stdout, stderr, deployed)
+    assert res.stdout == file_out
+    # in-process: text that already holds the undecodable bytes (surrogateescape) or lone surrogates
+    lines = [b.decode("utf-8", "surrogateescape") for b in RAW_LINES]
+    assert list(deployed.translate_lines(lines, chunk=5, beam=2, batch_size=3)) == file_out.decode().split("\n")[:-1]
+    lone = "the \ud800 dog runs"  # a lone surrogate: an invalid byte, as on line 3
+    assert list(deployed.translate_lines(["the cat sees a dog", lone, "the dog runs"], beam=2)) == [
+        next(deployed.translate_lines([x], beam=2)) for x in (RAW_LINES[0].decode(), "the \ufffd dog runs",
+                                                              RAW_LINES[-1].decode())]
+
+
+def test_one_failing_line_costs_only_its_line(caplog):
+    """A line the tokenizer or CTranslate2 raises on gives an empty output line and a warning
+    naming it; the other lines of its batch are translated (fake pipeline and translator)."""
+    from types import SimpleNamespace
+
+    from deepnmt_deploy.translate import DeployedModel
+
+    class Pipeline:
+        def encode(self, line):
+            if "TOKFAIL" in line:
+                raise ValueError("tokenizer bug")
+            return line.split()
+
+        def decode(self, toks):
+            return " ".join(toks).upper()
+
+    class Translator:
+        def translate_batch(self, batch, **opts):
+            if any("CT2FAIL" in s for s in batch):
+                raise RuntimeError("engine bug")
+            return [SimpleNamespace(hypotheses=[list(s)]) for s in batch]
+
+    m = DeployedModel.__new__(DeployedModel)
+    m.pipeline, m.translator, m.max_source_tokens, m.max_target_positions = Pipeline(), Translator(), 50, 30
+    lines = ["a b", "x CT2FAIL", "c", "TOKFAIL here", "", "d e"]
+    with caplog.at_level("WARNING", logger="deepnmt_deploy"):
+        got = list(m.translate_lines(lines, chunk=4, beam=2, batch_size=8))
+    assert got == ["A B", "", "C", "", "", "D E"]
+    assert "line 2: CTranslate2 failed" in caplog.text and "line 4: tokenization failed" in caplog.text
+    assert "line 1:" not in caplog.text and "line 3:" not in caplog.text
+
+
 def test_discover_tokenization_recorded_by_data_preparation(tmp_path):
     """prepare_data.py's layout (CONFIG.json + bpe/code or bpe/spm.model, recipe flags) and the
     quickstart's (tok/bpe.codes next to data-bin) are found from the binarized data directory."""
