@@ -4,7 +4,7 @@ The project's data preparation records how text became model input:
 
 * ``scripts/prepare_data.py`` writes ``DATA_ROOT/NAME/{bin,bpe,CONFIG.json}``: the Moses
   tokenizer (sacremoses, ``escape=False``; lowercased and with aggressive dash splits as the
-  corpus recipe in :mod:`deepnmt_fairseq.repro.corpora` says), then joint subword-nmt BPE
+  corpus recipe in :mod:`deepnmt_data.corpora` says), then joint subword-nmt BPE
   (``bpe/code``) or sentencepiece (``bpe/spm.model``, applied to the Moses-tokenized text);
 * ``scripts/quickstart.py`` writes ``WORK/{data-bin,tok/bpe.codes}``: Moses, then subword-nmt.
 

@@ -1,29 +1,17 @@
-"""Shared test helpers for the scripts that read Debian packages
-(scripts/extract_libreoffice_help.py, scripts/build_evidence_corpus.py):
-loading a script as a module, tiny synthetic .deb files (ar archive +
-control.tar.xz + data.tar.xz in the real layout) and reading the .gz output.
+"""Shared test helpers for the corpora read from Debian packages
+(deepnmt_data.libreoffice_help, deepnmt_data.evidence_corpus): tiny synthetic
+.deb files (ar archive + control.tar.xz + data.tar.xz in the real layout) and
+reading the .gz output.
 """
 
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import io
-import sys
 import tarfile
 from pathlib import Path
-from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_script(name: str) -> ModuleType:
-    """Import scripts/<name>.py (scripts/ is no package) as module ``name``."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def ar_archive(members: list[tuple[str, bytes]]) -> bytes:

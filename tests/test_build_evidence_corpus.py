@@ -1,4 +1,4 @@
-"""Tests for scripts/build_evidence_corpus.py (GPU-preset evidence corpus).
+"""Tests for deepnmt_data.evidence_corpus (scripts/build_evidence_corpus.py; GPU-preset evidence corpus).
 
 The five Debian packages are replaced by tiny synthetic .deb files built here
 (ar archive + control.tar.xz + data.tar.xz in the real layout), so the tests
@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 
 import pytest
-from deb_fixtures import assert_same_files, load_script, read_pairs, write_deb
+from deb_fixtures import assert_same_files, read_pairs, write_deb
 
-bec = load_script("build_evidence_corpus")
+from deepnmt_data import evidence_corpus as bec
 
 N_PAGES = 10
 FRACTION = "0.15"  # 30 pairs per source -> 2 whole pages each for valid and test

@@ -1,4 +1,4 @@
-"""Tests for scripts/extract_libreoffice_help.py and the shipped corpus.
+"""Tests for deepnmt_data.libreoffice_help (scripts/extract_libreoffice_help.py) and the shipped corpus.
 
 All fixture .deb files are generated here (ar archive + control.tar.xz +
 data.tar.xz with a few help pages in the real layout), so the tests run
@@ -13,12 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from deb_fixtures import ROOT, ar_archive, assert_same_files, load_script, read_gz, read_pairs, write_deb
+from deb_fixtures import ROOT, ar_archive, assert_same_files, read_gz, read_pairs, write_deb
+
+from deepnmt_data.debs import ExtractError, read_ar
+from deepnmt_data import libreoffice_help as elh
 
 SCRIPT = ROOT / "scripts" / "extract_libreoffice_help.py"
 SHIPPED = ROOT / "data" / "libreoffice-help" / "en-de"
 
-elh = load_script("extract_libreoffice_help")
 
 VERSION = "4:7.4.7-1+deb12u14"
 
@@ -218,11 +220,11 @@ def test_length_ratio_threshold():
 
 def test_read_ar_rejects_bad_input():
     good = ar_archive([("debian-binary", b"2.0\n"), ("x", b"abc")])
-    assert elh.read_ar(good) == {"debian-binary": b"2.0\n", "x": b"abc"}
-    with pytest.raises(elh.ExtractError, match="not an ar archive"):
-        elh.read_ar(b"PK\x03\x04 zip file")
-    with pytest.raises(elh.ExtractError, match="truncated"):
-        elh.read_ar(good[:-2])
+    assert read_ar(good) == {"debian-binary": b"2.0\n", "x": b"abc"}
+    with pytest.raises(ExtractError, match="not an ar archive"):
+        read_ar(b"PK\x03\x04 zip file")
+    with pytest.raises(ExtractError, match="truncated"):
+        read_ar(good[:-2])
 
 
 # --------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""scripts/prepare_data.py on tiny archives in the real IWSLT/WMT formats, offline (--from-dir).
+"""deepnmt-prepare-data (deepnmt_data.prepare; python scripts/prepare_data.py) on tiny archives in the
+real IWSLT/WMT formats, offline (--from-dir).
 
 What is predicted independently of the script: the fixture sentences are "Moses-stable"
 (punctuation already separated), so the tokenized text is the fixture text (lowercased for
@@ -11,7 +12,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import http.server
-import importlib.util
 import json
 import subprocess
 import sys
@@ -20,24 +20,17 @@ import time
 from pathlib import Path
 
 import pytest
-
 from fixtures_data import IWSLT14_SETS, IWSLT17_SETS, make_iwslt, make_wmt, truncate
+
+from deepnmt_data import corpora
+from deepnmt_data.prepare import workers
+from deepnmt_data.prepare.archives import download
+from deepnmt_data.prepare.cli import main
+from deepnmt_data.prepare.common import STEPS, DataPrepError, Log
+from deepnmt_data.prepare.text import clean_reason, decoded_lines, parse_segs, parse_tags
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "prepare_data.py"
-
-
-def _load():
-    name = "prepare_data_under_test"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SCRIPT)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod     # the worker processes find the job functions by module name
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-pd = _load()
 
 
 def lines(path: Path):
@@ -49,7 +42,7 @@ def unbpe(path: Path):
 
 
 def run_main(*argv):
-    return pd.main([str(a) for a in argv])
+    return main([str(a) for a in argv])
 
 
 @pytest.fixture(scope="module")
@@ -194,7 +187,7 @@ def test_iwslt17_en_fr_drops_2017_tags_and_concatenates_seven_sets(tmp_path):
 # ============================================================================ WMT
 def test_wmt14_en_de_end_to_end(tmp_path, wmt, monkeypatch):
     indir, info = wmt
-    monkeypatch.setattr(pd, "CHUNK", 7)      # many jobs over 2 worker processes: order must be kept
+    monkeypatch.setattr(workers, "CHUNK", 7)      # many jobs over 2 worker processes: order must be kept
     rc = run_main("wmt14-en-de", "--data-root", tmp_path, "--from-dir", indir, "--bpe-merges", "50",
                   "--workers", "2", "--ignore-checksums")
     assert rc == 0
@@ -220,7 +213,7 @@ def test_wmt14_en_de_end_to_end(tmp_path, wmt, monkeypatch):
     assert "Yes ." not in unbpe(ds / "bpe" / "train.en")
     assert max(len(x.split()) for x in bpe_en + bpe_de) <= 250
     for a, b in zip(bpe_en, bpe_de):
-        assert pd.clean_reason(a, b, 1, 250, 1.5) is None
+        assert clean_reason(a, b, 1, 250, 1.5) is None
     data = load_bin(ds / "bin", "en", "de")
     assert [len(data[s, "de"]) for s in ("train", "valid", "test")] == [58, 6, 5]
     assert data["train", "en"] == lines(ds / "bpe" / "train.en")      # every train token is in the dictionary
@@ -307,7 +300,7 @@ def test_bad_archives_give_clear_errors_and_no_complete_looking_output(tmp_path,
     err = capsys.readouterr().err
     assert rc == 2 and re.search(message, err), err
     ds = tmp_path / "d" / "iwslt14-de-en"
-    assert not (ds / ".done").exists() and not any((ds / s).exists() for s in pd.STEPS)
+    assert not (ds / ".done").exists() and not any((ds / s).exists() for s in STEPS)
     if variant == {"bad_utf8": "de"}:   # the documented way out keeps the alignment
         assert run_main("iwslt14-de-en", "--data-root", tmp_path / "d2", "--from-dir", indir, "--workers", "1",
                         "--allow-invalid-utf8", "--stop-after", "raw") == 0
@@ -367,24 +360,24 @@ def test_parsers_and_clean_rule():
     tags = [b"<url>http://x</url>\n", b"<talkid>1</talkid>\n", b"<title>A  Title</title>\n",
             b"<speaker>S</speaker>\n", b"Hello\tworld \xc2\xa0 !\n", b'<reviewer href="x">R</reviewer>\n',
             b"<3 is a heart\n"]
-    assert list(pd.parse_tags(pd.decoded_lines(tags, "t", st, False), "t", st)) == \
+    assert list(parse_tags(decoded_lines(tags, "t", st, False), "t", st)) == \
         ["A Title", "Hello world !", "<3 is a heart"]
     assert st["metadata_lines_dropped"] == 4
     ids = []
     sg = [b'<seg id="1">a \xe2\x80\x99 b</seg><seg id="2"> c </seg>\n', b"<p>\n", b'<seg id="3">d</seg>\n']
-    assert list(pd.parse_segs(pd.decoded_lines(sg, "s", st, False), "s", st, ids)) == ["a \u2019 b", "c", "d"]
+    assert list(parse_segs(decoded_lines(sg, "s", st, False), "s", st, ids)) == ["a \u2019 b", "c", "d"]
     assert ids == ["1", "2", "3"]
-    with pytest.raises(pd.DataPrepError, match="without its </seg>"):
-        list(pd.parse_segs(pd.decoded_lines([b'<seg id="1">open\n'], "s", st, False), "s", st, []))
-    assert pd.clean_reason("a b", "c d e", 1, 250, 1.5) is None
-    pd._init_worker({"tok": True, "langs": ("en", "de"), "lowercase": False, "aggressive": False})
-    assert pd._tok_line("it\u2019s", "en", train=False) == "it 's"     # dev/test: U+2019 -> ' (fairseq)
-    assert "\u2019" in pd._tok_line("it\u2019s", "en", train=True)
-    assert pd.clean_reason("a", "b c", 1, 250, 1.5) == "ratio"
-    assert pd.clean_reason("", "b", 1, 250, 1.5) == "empty"
-    assert pd.clean_reason(" ".join("a" * 251), " ".join("b" * 251), 1, 250, 1.5) == "length"
-    assert pd.clean_reason("x" * 1001, "y", 1, 250, 1.5) == "long_word"
-    pd.corpora.check_registry()
+    with pytest.raises(DataPrepError, match="without its </seg>"):
+        list(parse_segs(decoded_lines([b'<seg id="1">open\n'], "s", st, False), "s", st, []))
+    assert clean_reason("a b", "c d e", 1, 250, 1.5) is None
+    workers._init_worker({"tok": True, "langs": ("en", "de"), "lowercase": False, "aggressive": False})
+    assert workers._tok_line("it\u2019s", "en", train=False) == "it 's"     # dev/test: U+2019 -> ' (fairseq)
+    assert "\u2019" in workers._tok_line("it\u2019s", "en", train=True)
+    assert clean_reason("a", "b c", 1, 250, 1.5) == "ratio"
+    assert clean_reason("", "b", 1, 250, 1.5) == "empty"
+    assert clean_reason(" ".join("a" * 251), " ".join("b" * 251), 1, 250, 1.5) == "length"
+    assert clean_reason("x" * 1001, "y", 1, 250, 1.5) == "long_word"
+    corpora.check_registry()
 
 
 class _RangeHandler(http.server.BaseHTTPRequestHandler):
@@ -418,16 +411,51 @@ def test_download_falls_back_resumes_and_says_what_to_do_offline(tmp_path):
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{srv.server_address[1]}"
     try:
-        arch = pd.corpora.Archive("t", "t.tgz", (f"{base}/gone.tgz", f"{base}/file.tgz"), "a test archive")
+        arch = corpora.Archive("t", "t.tgz", (f"{base}/gone.tgz", f"{base}/file.tgz"), "a test archive")
         dest = tmp_path / "dl" / "t.tgz"
         dest.parent.mkdir()
         (dest.parent / "t.tgz.part").write_bytes(_RangeHandler.payload[:100_000])   # an interrupted download
-        assert pd.download(arch, dest, pd.Log("t")) == f"{base}/file.tgz"
+        assert download(arch, dest, Log("t")) == f"{base}/file.tgz"
         assert dest.read_bytes() == _RangeHandler.payload and not (dest.parent / "t.tgz.part").exists()
         assert _RangeHandler.requests == ["bytes=100000-"]
     finally:
         srv.shutdown()
-    offline = pd.corpora.Archive("o", "o.tgz", ("http://127.0.0.1:1/o.tgz",), "an unreachable archive")
-    with pytest.raises(pd.DataPrepError, match="--from-dir DIR"):
-        pd.download(offline, tmp_path / "dl" / "o.tgz", pd.Log("o"), timeout=5)
+    offline = corpora.Archive("o", "o.tgz", ("http://127.0.0.1:1/o.tgz",), "an unreachable archive")
+    with pytest.raises(DataPrepError, match="--from-dir DIR"):
+        download(offline, tmp_path / "dl" / "o.tgz", Log("o"), timeout=5)
     assert not (tmp_path / "dl" / "o.tgz").exists()
+
+
+# ============================================================================ the package
+def test_data_package_imports_without_torch_or_fairseq():
+    """Every module of deepnmt_data imports without torch, fairseq or deepnmt_fairseq (only the bin
+    step imports fairseq, when it runs): the workers fork a light process, and the package
+    works where the training stack is not installed."""
+    code = ("import importlib, pkgutil, sys, deepnmt_data\n"
+            "names = [m.name for m in pkgutil.walk_packages(deepnmt_data.__path__, 'deepnmt_data.')\n"
+            "         if not m.name.endswith('__main__')]\n"
+            "for n in names: importlib.import_module(n)\n"
+            "assert 'deepnmt_data.prepare.cli' in names and 'deepnmt_data.evidence_corpus' in names, names\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'fairseq', 'deepnmt_fairseq'))\n"
+            "assert not bad, bad[:10]\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+
+
+def test_wrapper_and_console_script_default_data_roots(tmp_path):
+    """python scripts/prepare_data.py writes under <repo>/work/data, deepnmt-prepare-data under
+    ./work/data (as deepnmt-repro reads it); $DEEPNMT_DATA wins over both."""
+    import os
+    env = {k: v for k, v in os.environ.items() if k != "DEEPNMT_DATA"}
+    exe = Path(sys.executable).with_name("deepnmt-prepare-data")
+    for cmd, root in (([sys.executable, str(SCRIPT)], REPO / "work" / "data"),
+                      ([str(exe)], tmp_path / "work" / "data"),
+                      ([sys.executable, "-m", "deepnmt_data"], tmp_path / "work" / "data")):
+        res = subprocess.run([*cmd, "iwslt14-de-en", "--dry-run"], capture_output=True, text=True, cwd=tmp_path,
+                             env=env, timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert f"output: {root / 'iwslt14-de-en'}\n" in res.stdout, res.stdout
+    res = subprocess.run([str(exe), "iwslt14-de-en", "--dry-run"], capture_output=True, text=True, cwd=tmp_path,
+                         env={**env, "DEEPNMT_DATA": str(tmp_path / "d")}, timeout=120)
+    assert f"output: {tmp_path / 'd' / 'iwslt14-de-en'}\n" in res.stdout, res.stdout
+    assert not (tmp_path / "work").exists() and not (tmp_path / "d").exists()

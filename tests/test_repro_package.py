@@ -231,8 +231,8 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
     src.mkdir()
     for f in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(REPO / f, src / f)
-    shutil.copytree(REPO / "deepnmt_fairseq", src / "deepnmt_fairseq",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for pkg in ("deepnmt_fairseq", "deepnmt_data"):
+        shutil.copytree(REPO / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     dist = tmp_path / "dist"
     res = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation",
                           "-q", "-w", str(dist)], capture_output=True, text=True, timeout=600)
@@ -241,10 +241,13 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         entry_points = next(z.read(n).decode() for n in names if n.endswith("entry_points.txt"))
-    for mod in ("registry", "spec", "commands", "evaluate", "scoring", "hydra_config", "tables", "corpora", "cli",
+    for mod in ("registry", "spec", "commands", "evaluate", "scoring", "hydra_config", "tables", "cli",
                 "__main__"):
         assert f"deepnmt_fairseq/repro/{mod}.py" in names, mod
     assert "deepnmt-repro = deepnmt_fairseq.repro.cli:main" in entry_points
+    # the data preparation (deepnmt_data, no torch) travels with the wheel, with its command
+    assert {"deepnmt_data/corpora.py", "deepnmt_data/cnndm.py", "deepnmt_data/prepare/cli.py"} <= names
+    assert "deepnmt-prepare-data = deepnmt_data.prepare.cli:main" in entry_points
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
@@ -288,3 +291,9 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
             assert str(outside / "ck" / "gpkd-wmt14-ende-48L-ssl-gp-e2-d6-teacher" / "skd" / "bin") in out
         else:  # default data root: ./work under the current directory
             assert f" {outside / 'work' / 'data'}/" in trains[0]
+    # one data preparation, planned (--dry-run) by the installed command, where deepnmt-repro reads the data
+    out = run(str(venv / "bin" / "deepnmt-prepare-data"), "iwslt14-de-en", "--dry-run")
+    assert f"output: {outside / 'work' / 'data' / 'iwslt14-de-en'}\n" in out, out
+    assert "iwslt14-de-en.tgz: download http" in out and "bin  [to do] fairseq-preprocess" in out, out
+    run(str(vpy), "-c", "import sys, deepnmt_data.prepare.cli as c; assert c.__file__.startswith(sys.prefix), "
+                        "c.__file__; assert 'torch' not in sys.modules and 'fairseq' not in sys.modules")

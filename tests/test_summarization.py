@@ -15,7 +15,7 @@ import torch
 from cnndm_fixture import make_cnndm_archives
 from fairseq_helpers import REPO, run_cli
 
-from deepnmt_fairseq.repro import cnndm
+from deepnmt_data import cnndm
 from deepnmt_fairseq.repro.summarization import rouge, rouge_settings
 
 

@@ -80,13 +80,13 @@ def discover(data_dir: Optional[str], source_lang: str, target_lang: str):
         except ValueError:
             cfg = {}
         if cfg.get("name"):
-            from ..repro.corpora import RECIPES
+            from deepnmt_data.corpora import RECIPES
 
             recipe = RECIPES.get(cfg["name"])
             if recipe is not None:
                 tok.lowercase = bool(getattr(recipe, "lowercase", False))
                 tok.aggressive_dash = bool(getattr(recipe, "aggressive_dash", False))
-                tok.found_in.append(f"recipe {cfg['name']} (deepnmt_fairseq/repro/corpora.py)")
+                tok.found_in.append(f"recipe {cfg['name']} (deepnmt_data/corpora.py)")
         seg = str(cfg.get("segmenter", ""))
         model = data.parent / "bpe" / ("spm.model" if seg.startswith("sentencepiece") else "code")
         if model.is_file():

@@ -5,8 +5,8 @@ the data model in ``spec`` and on the model code's named architectures; ``comman
 turns a registry entry into the exact commands (fairseq-train, deepnmt-skd,
 deepnmt-extract-student) and runs them, ``evaluate`` averages/decodes/scores with the
 papers' BLEU variants (``scoring``), ``tables`` renders paper-vs-ours tables and
-docs/reproduction.md, ``hydra_config`` writes the ``configs/*.yaml`` files, ``corpora``
-is the registry of the corpora scripts/prepare_data.py builds, and ``cli`` is
+docs/reproduction.md, ``hydra_config`` writes the ``configs/*.yaml`` files (the corpora
+registry is ``deepnmt_data.corpora``, what deepnmt-prepare-data builds), and ``cli`` is
 ``deepnmt-repro`` (also ``python -m deepnmt_fairseq.repro``).
 
 Importing ``deepnmt_fairseq`` loads fairseq (the package registers its models); the

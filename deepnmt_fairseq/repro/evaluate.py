@@ -64,8 +64,8 @@ class EvalOptions:
 def raw_reference_files(dataset_dir: Path, dataset: str, subset: str, lang: str) -> List[Path]:
     """The untokenized reference: ``raw/<subset>.<lang>``, or the concatenation of the
     per-part files ``raw/<subset>.<part>.<lang>`` that scripts/prepare_data.py writes, in
-    the order of its recipe (:mod:`deepnmt_fairseq.repro.corpora`); [] when there is none."""
-    from .corpora import RECIPES
+    the order of its recipe (:mod:`deepnmt_data.corpora`); [] when there is none."""
+    from deepnmt_data.corpora import RECIPES
 
     raw = dataset_dir / "raw"
     single = raw / f"{subset}.{lang}"

@@ -18,9 +18,9 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Tuple, Union
 
-from .corpora import RECIPES
+from deepnmt_data.corpora import RECIPES
 
-# Datasets written by scripts/prepare_data.py (the corpora registry): name -> (source, target).
+# Datasets written by deepnmt-prepare-data (the corpora registry, deepnmt_data.corpora): name -> (source, target).
 DATASETS: Dict[str, Tuple[str, str]] = {r.name: (r.src, r.tgt) for r in RECIPES.values()}
 
 

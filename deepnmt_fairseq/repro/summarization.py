@@ -27,7 +27,7 @@ import time
 from dataclasses import replace
 from typing import Dict, List, Sequence
 
-from .cnndm import SENT_SEP, summary_sentences
+from deepnmt_data.cnndm import SENT_SEP, summary_sentences
 
 #: rouge-score keys -> results.json keys (the Table 6 columns R-1, R-2, R-L)
 ROUGE_KEYS = (("rouge1", "rouge1"), ("rouge2", "rouge2"), ("rougeLsum", "rougeL"), ("rougeL", "rougeL_sentence_level"))

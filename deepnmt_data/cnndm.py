@@ -6,7 +6,7 @@ MSC Appendix A: "We use the non-anonymized version of the CNN/DailyMail (CNNDM) 
 with summaries for training, 13,368 for validation and 11,490 for test ... The input document
 is truncated to the first 640 tokens."
 
-What See et al.'s ``make_datafiles.py`` does, and what we do (``scripts/prepare_data.py cnndm``):
+What See et al.'s ``make_datafiles.py`` does, and what we do (``deepnmt-prepare-data cnndm``):
 
 * **splits**: ``url_lists/all_{train,val,test}.txt``; a story's file is
   ``<sha1 hex of the URL>.story`` in ``cnn_stories.tgz`` / ``dailymail_stories.tgz``

@@ -1,6 +1,7 @@
 """Registry of the corpora used to reproduce the papers' tables (standard library only).
 
-Read by ``scripts/prepare_data.py`` and by the experiment registry (``spec.DATASETS``);
+Read by ``deepnmt-prepare-data`` (:mod:`deepnmt_data.prepare`, ``scripts/prepare_data.py``)
+and by the experiment registry (``deepnmt_fairseq.repro.spec.DATASETS``);
 the corpus names are a contract with the training commands (``$DATA_ROOT/<name>/bin`` is
 what they train on).  Every entry says where the
 archives come from, which members are read, and how the text is processed; the papers'
@@ -309,7 +310,7 @@ RECIPES = {r.name: r for r in [
 @dataclass(frozen=True)
 class SummarizationRecipe:
     """A document -> summary corpus (``src`` = documents, ``tgt`` = summaries), built by
-    ``scripts/prepare_data.py`` from story archives and URL lists (:mod:`.cnndm`)."""
+    ``deepnmt-prepare-data`` from story archives and URL lists (:mod:`.cnndm`)."""
 
     name: str
     src: str
@@ -349,7 +350,7 @@ RECIPES["cnndm"] = SummarizationRecipe(
     expected={"train": 287226, "valid": 13368, "test": 11490},
     notes="See et al.'s make_datafiles.py with the Moses tokenizer in place of CoreNLP's PTB tokenizer; "
           "lowercased; summary sentences joined with <q>; empty articles dropped; joint BPE 32k (the paper "
-          "gives no number); articles truncated to their first 640 BPE tokens (deepnmt_fairseq/repro/cnndm.py, "
+          "gives no number); articles truncated to their first 640 BPE tokens (deepnmt_data/cnndm.py, "
           "docs/data-preparation.md).")
 
 
