@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """BLEU of the RPR-only model (exportable) next to GPKD's absolute + relative one (not exportable).
 
-    python benchmarks/rpr_only_bleu.py [--updates 400] [--out benchmarks/results]
+    PYTHONPATH=tests python benchmarks/rpr_only_bleu.py [--updates 400] [--out benchmarks/results]
 
 Both are trained the same way (same seed, data, updates, width) on the repository's tiny
 synthetic corpus (tests/fairseq_helpers.make_parallel_text: target = reversed, upper-cased
@@ -19,26 +19,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _load_deploy_helpers():
-    """The tests' tiny-model helpers (tests/deploy_helpers.py and the fairseq_helpers it
-    imports), loaded by file path: the benchmark trains the same tiny models the tests do."""
-    import importlib.util
-
-    module = None
-    for name in ("fairseq_helpers", "deploy_helpers"):
-        spec = importlib.util.spec_from_file_location(name, REPO / "tests" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return module
-
-
-_helpers = _load_deploy_helpers()
-bleu, fairseq_generate, train_tiny = _helpers.bleu, _helpers.fairseq_generate, _helpers.train_tiny
-from fairseq_helpers import make_parallel_text, preprocess, tiny_model_flags  # noqa: E402
+try:  # the tests' tiny models (tests/deploy_helpers.py, tests/fairseq_helpers.py): the same models the tests train
+    from deploy_helpers import bleu, fairseq_generate, train_tiny
+    from fairseq_helpers import make_parallel_text, preprocess, tiny_model_flags
+except ImportError as e:
+    sys.exit(f"benchmarks/rpr_only_bleu.py trains the tests' tiny models: run it with tests/ on the import path, "
+             f"PYTHONPATH=tests python benchmarks/rpr_only_bleu.py ({e})")
 
 ARCH = ["--encoder-layers", "4", "--decoder-layers", "2", "--rpr-max-relative-position", "4", "--dropout", "0.1"]
 
