@@ -11,7 +11,7 @@ fairseq-generate batches them.  Output length is pinned (``min_len = max_len`` i
 engines), so every engine and model produces the same number of target tokens and does the
 same number of beam-search steps (an untrained model would otherwise stop at random places).
 
-Engines, each at its best setting on a 2-vCPU machine (docs: README "Deployment"):
+Engines, each at its best setting on a 2-vCPU machine (docs/deployment.md):
 
 * fairseq: ``SequenceGenerator`` (what fairseq-generate runs, without process start-up),
   2 torch threads, batches of ``--batch-size`` sentences / one sentence at a time;

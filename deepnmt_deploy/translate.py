@@ -28,7 +28,7 @@ capped at the target positions), at least one token before ``</s>`` (fairseq's
 
 Threads: CTranslate2's ``intra_threads`` (OpenMP threads per batch) default to 1: on the
 2-vCPU machines this project was measured on, 2 intra threads were 6.7x *slower* one
-sentence at a time (docs: README "Deployment"); use ``--inter-threads`` (batches in parallel)
+sentence at a time (docs/deployment.md); use ``--inter-threads`` (batches in parallel)
 for throughput.
 """
 
@@ -228,7 +228,7 @@ def main(argv=None) -> int:
                         "length-sorted sentences")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per CTranslate2 batch")
     p.add_argument("--intra-threads", type=int, default=1,
-                   help="threads per batch (default 1: faster than 2 on 2-vCPU machines, see README)")
+                   help="threads per batch (default 1: faster than 2 on 2-vCPU machines, see docs/deployment.md)")
     p.add_argument("--inter-threads", type=int, default=1, help="batches translated in parallel")
     p.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     p.add_argument("--compute-type", default="default",
