@@ -75,6 +75,15 @@ EXTRA = {
     "dlcl-gp-ssl-rpr-layerdrop": ["--deep-memory", "dlcl", "--encoder-layers", "4", "--decoder-layers", "2",
                                   "--gp-group-size", "2", "--ssl-rate", "0.4", "--rpr-max-relative-position", "2",
                                   "--encoder-layerdrop", "0.2"],
+    "deepnorm": ["--deepnorm", "--encoder-layers", "3", "--decoder-layers", "2"],
+    "admin": ["--admin", "--encoder-layers", "3", "--decoder-layers", "2"],
+    "deepnorm-rpr-values-ssl-gp": ["--deepnorm", "--encoder-layers", "4", "--decoder-layers", "2",
+                                   "--rpr-max-relative-position", "2", "--rpr-values", "--ssl-rate", "0.4",
+                                   "--ssl-decoder", "--gp-group-size", "2"],
+    "admin-msc-cad": ["--admin", "--deep-memory", "msc", "--msc-block-layers", "2", "--decoder-layers", "3",
+                      "--cad-drop-depth", "2", "--cad-drop-ratio", "0.5"],
+    "admin-cad-full": ["--admin", "--encoder-layers", "2", "--decoder-layers", "3", "--cad-drop-depth", "2",
+                       "--cad-drop-ratio", "1.0"],
     "checkpoint-activations-msc": ["--deep-memory", "msc", "--msc-block-layers", "2", "--decoder-layers", "2",
                                    "--checkpoint-activations"],
 }
@@ -99,15 +108,25 @@ def _model(name, seed=0):
     return build_model(arch, TINY + list(flags), seed=seed)
 
 
-# ---------------------------------------------------------------- incremental == full
-@pytest.mark.parametrize("name", sorted(ALL))
-def test_incremental_decoding_equals_full_forward(name):
-    model = _model(name).eval()
-    # a trained model has non-trivial mixes/gates: perturb the zero-initialised ones
+def _perturb_trained_state(model):
+    """A trained model has non-trivial mixes and shortcut weights: perturb the ones a fresh
+    model initialises to a constant (transparent mixes; Admin's omega, 1 before profiling)."""
     with torch.no_grad():
         for n, p in model.named_parameters():
             if "layer_mix" in n:
                 p.normal_()
+            elif "omega_delta" in n:
+                p.normal_(0.0, 0.3)
+        for n, b in model.named_buffers():
+            if n.endswith("omega_init"):
+                b.uniform_(1.0, 3.0)
+
+
+# ---------------------------------------------------------------- incremental == full
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_incremental_decoding_equals_full_forward(name):
+    model = _model(name).eval()
+    _perturb_trained_state(model)
     src, lens, tgt = random_batch(model, bsz=3, src_len=7, tgt_len=9)  # longer than RPR's clip
     with torch.no_grad():
         full, _ = model(src, lens, tgt)
@@ -126,16 +145,13 @@ def _beam(model, src, lens, beam=4):
 BATCH_INVARIANCE = ["dlcl", "dlcl-gp-ssl-rpr-layerdrop", "rpr", "rpr-transparent", "msc-gate", "msc-ffn-cell", "msc-no-ctx", "transparent", "cad-half",
                     "cad-full-rpr", "matrix:transparent-postnorm-cad-ddr", "ssl-sublayer", "gp",
                     "matrix:msc-gate-everything", "postnorm", "msc-add-no-enc-ctx-cad", "desdar-like",
-                    "matrix:prenorm-rpr-layerdrop"]
+                    "matrix:prenorm-rpr-layerdrop", "deepnorm", "admin-msc-cad", "deepnorm-rpr-values-ssl-gp"]
 
 
 @pytest.mark.parametrize("name", BATCH_INVARIANCE)
 def test_beam_search_alone_equals_in_padded_batch(name):
     model = _model(name, seed=3).eval().double()
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if "layer_mix" in n:
-                p.normal_()
+    _perturb_trained_state(model)
     d = model.encoder.dictionary
     g = torch.Generator().manual_seed(5)
     lengths = [9, 5, 7, 3]
@@ -179,6 +195,10 @@ RESUME = {
                     "--ssl-decoder", "--ssl-start-update", "3", "--cad-drop-depth", "1", "--cad-drop-ratio", "0.5",
                     "--encoder-layerdrop", "0.2"],
                    ["--criterion", "collapse_reducing", "--ddr-alpha", "1.0", "--ald-alpha", "0.5"]),
+    # Admin: profiled on the first batch of the first run only; the resumed run reads the profile
+    # (omega_init buffers and the admin_profiled flag) from checkpoint_last.pt and must not redo it
+    "admin-gp-ssl": (["--admin", "--encoder-layers", "4", "--decoder-layers", "2", "--gp-group-size", "2",
+                      "--ssl-rate", "0.4"], ["--criterion", "label_smoothed_cross_entropy"]),
 }
 N_UPDATES, SPLIT = 5, 2  # 3 batches per epoch: the split is mid-epoch, the rest crosses into epoch 2
 
@@ -216,8 +236,12 @@ def _weights(path):
 def test_resume_gives_the_same_losses_and_weights(data_bin, tmp_path, name):
     flags, crit = RESUME[name]
     straight = _per_update(_train(data_bin, tmp_path / "straight", flags, crit, N_UPDATES))
-    first = _per_update(_train(data_bin, tmp_path / "split", flags, crit, SPLIT))
+    first_run = _train(data_bin, tmp_path / "split", flags, crit, SPLIT)
+    first = _per_update(first_run)
     resumed = _train(data_bin, tmp_path / "split", flags, crit, N_UPDATES)
+    if "--admin" in flags:  # profiled once, by the first run; the resumed run reads it from the checkpoint
+        assert (first_run.stdout + first_run.stderr).count("Admin profile") == 1
+        assert "Admin profile" not in resumed.stdout + resumed.stderr
     assert f"@ {SPLIT} updates)" in resumed.stdout + resumed.stderr  # "Loaded checkpoint ... (epoch 1 @ 2 updates)"
     second = _per_update(resumed)
     assert sorted(straight) == list(range(1, N_UPDATES + 1))
@@ -304,6 +328,9 @@ STUDENTS = {
                             2, 2),
     "msc-ssl": (["--deep-memory", "msc", "--msc-block-layers", "2,4", "--decoder-layers", "2", "--ssl-rate", "0.4"],
                 2, 1),
+    "deepnorm-gp": (["--deepnorm", "--encoder-layers", "4", "--decoder-layers", "2", "--gp-group-size", "2"], 2, 1),
+    "admin-gp-ssl": (["--admin", "--encoder-layers", "4", "--decoder-layers", "2", "--gp-group-size", "2",
+                      "--ssl-rate", "0.4"], 2, 2),
     "gp-desdar": (["--encoder-layers", "6", "--decoder-layers", "2", "--gp-group-size", "3",
                    "--gp-decoder-group-size", "2", "--rpr-max-relative-position", "2", "--rpr-values"], 3, 2),
 }
@@ -337,3 +364,14 @@ def test_extracted_student_decodes_identically_after_save_and_load(data_bin, tmp
     assert len(loaded.encoder.layers) == len(in_memory.encoder.layers) == teacher_layers // enc_h
     for (k, v), (k2, v2) in zip(in_memory.state_dict().items(), loaded.state_dict().items()):
         assert k == k2 and torch.equal(v, v2), k
+    if "--deepnorm" in flags:  # alpha is recomputed for the student's own depths (docs/mechanisms.md)
+        from deepnmt_fairseq.modules.residual_scaling import deepnorm_constants
+
+        c = deepnorm_constants(len(loaded.encoder.layers), len(loaded.decoder.layers))
+        assert loaded.encoder.layers[0].residual_weight.alpha == pytest.approx(c.encoder_alpha)
+        assert loaded.decoder.layers[0].residual_weight.alpha == pytest.approx(c.decoder_alpha)
+        assert c.encoder_alpha != pytest.approx(deepnorm_constants(teacher_layers, 2).encoder_alpha)
+    if "--admin" in flags:  # the omegas (and whether they were profiled) come with the kept layers
+        teacher_model = load_checkpoint(str(tmp_path / "teacher.pt"))["model"]
+        assert "admin_profiled" in teacher_model
+        assert bool(loaded.admin_profiled) == bool(teacher_model["admin_profiled"])

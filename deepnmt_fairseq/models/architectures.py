@@ -44,6 +44,8 @@ def deep_base_architecture(args):
     """Transformer base, pre-norm by default (Wang et al. 2019a, the papers' baseline);
     ``--post-norm`` switches both stacks to post-norm.  The plugin's own options take
     their defaults from :class:`DeepTransformerOptions` (written once, there)."""
+    # DeepNorm and Admin are post-norm methods: they switch the default norm placement
+    _set(args, post_norm=bool(getattr(args, "deepnorm", False) or getattr(args, "admin", False)))
     _set(args, **{f.name: f.default for f in fields(DeepTransformerOptions)
                   if not f.name.startswith("_") and f.default is not MISSING})
     _set(args, encoder_normalize_before=not args.post_norm, decoder_normalize_before=not args.post_norm)

@@ -14,20 +14,20 @@ Data flow::
 
 The encoder builds every memory once with its memory module (``build_memory``, the
 extension point; one module per method in :mod:`deepnmt_fairseq.memories`: top,
-transparent, MSC) and stores them in ``encoder_out`` under ``deepnmt_memory`` (a single
+transparent, MSC, DLCL) and stores them in ``encoder_out`` under ``deepnmt_memory`` (a single
 ``(M, T', B, d)`` tensor, one slice per decoder layer) and
 ``deepnmt_memory_padding_mask`` ``(B, T')``; ``reorder_encoder_out`` reorders them like
 fairseq's own keys, so beam search needs nothing else.
 
 Code adapted from fairseq 0.12.3 carries a ``copied from`` marker (:data:`ADAPTED_FROM`);
-``tests/test_fairseq_copies.py`` fails when the installed fairseq's original changes.
+``tests/test_memories.py`` fails when the installed fairseq's original changes.
 """
 
 from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -47,6 +47,9 @@ from ..memories import MEMORY_KEY, MEMORY_MASK_KEY, EncoderMemory, decoder_memor
 from ..memories.base import upgrade_memory_keys
 from ..modules.cross_attention_drop import drop_probabilities, layers_without_cross_attention, sample_keep
 from ..modules.group_permutation import check_group_size, layer_order
+from ..modules.residual_scaling import (AdminProfile, AdminResidual, DeepNormConstants, DeepNormResidual,
+                                        ResidualWeight, admin_residuals, deepnorm_constants,
+                                        deepnorm_init_, parse_deepnorm_override)
 from ..modules.sublayer_skip import BranchScales, SublayerSkip, scale_branch
 from .context_attention import ContextFusionAttention
 from .relative_attention import RelativeContextFusionAttention, RelativeMultiheadAttention
@@ -57,7 +60,7 @@ logger = logging.getLogger(__name__)
 MODEL_NAME = "deepnmt_transformer"
 
 #: Methods adapted from fairseq rather than inherited: ours -> (fairseq file, qualified name,
-#: version, sha256 of the original's source).  ``tests/test_fairseq_copies.py`` checks the hashes.
+#: version, sha256 of the original's source).  ``tests/test_memories.py`` checks the hashes.
 ADAPTED_FROM = {
     "DeepTransformerEncoder.forward_scriptable": (
         "fairseq/models/transformer/transformer_encoder.py", "TransformerEncoderBase.forward_scriptable",
@@ -105,30 +108,62 @@ def _layerdrop_coins(p: float, n: int, training: bool) -> List[bool]:
 
 
 class BranchScaleMixin:
-    """Residual hook: x_{l+1} = s * F(x_l) + x_l for the sub-layers of one call.
+    """Residual hook: x_{l+1} = w * x_l + s * F(x_l) for the sub-layers of one call.
 
     fairseq's layers call ``residual_connection(x, residual)`` once per sub-layer and
     give the hook no per-call argument, so the layer's ``forward`` takes the call's
     multipliers explicitly (``branch_scales``, one per residual connection, None = 1)
     and holds them, as a :class:`BranchScales` iterator, only for the duration of
-    that call (:meth:`_branches`).
+    that call (:meth:`_branches`), together with the sub-layer *slots* of the call
+    (which of the layer's sub-layers each residual connection belongs to).  ``s`` is the
+    skipping sub-layer's scale (SSL), ``w`` the shortcut weight of DeepNorm / Admin
+    (:mod:`~deepnmt_fairseq.modules.residual_scaling`; absent = 1).
     """
 
     _scales: Optional[BranchScales] = None
+    _slots: Optional[Iterator[int]] = None
     _residual: bool = True  # False: "Baseline - residuals" (Bapna et al. 2018 Table 1)
+    # the layer's ``residual_weight`` (a submodule or None) is set in its __init__: a class-level
+    # default would shadow nn.Module's lookup of the registered submodule
 
     @contextmanager
-    def _branches(self, scales: Optional[List[Optional[float]]]):
+    def _branches(self, scales: Optional[List[Optional[float]]], slots: Sequence[int]):
         self._scales = BranchScales(scales) if scales is not None else None
+        self._slots = iter(slots) if self.residual_weight is not None else None
         try:
             yield
         finally:
             self._scales = None
+            self._slots = None
 
     def residual_connection(self, x, residual):
         if self._scales is not None:
             x = scale_branch(x, self._scales.next())
-        return residual + x if self._residual else x
+        if not self._residual:
+            return x
+        if self._slots is not None:
+            return self.residual_weight(residual, x, next(self._slots))
+        return residual + x
+
+
+_ENCODER_SLOTS = (0, 1)  # self-attention, FFN
+
+
+def build_residual_weight(opts: DeepTransformerOptions, cfg, side: str, slots: int,
+                          dim: int) -> Optional[ResidualWeight]:
+    """The shortcut weight of one layer of ``side`` ("encoder" / "decoder"), or None."""
+    if opts.deepnorm:
+        return DeepNormResidual(getattr(deepnorm_constants_of(opts, cfg), f"{side}_alpha"))
+    if opts.admin:
+        return AdminResidual(slots, dim)
+    return None
+
+
+def deepnorm_constants_of(opts: DeepTransformerOptions, cfg) -> DeepNormConstants:
+    """The model's DeepNorm constants: the override flag, or the paper's for its depths."""
+    if opts.deepnorm_alpha_beta:
+        return parse_deepnorm_override(opts.deepnorm_alpha_beta)
+    return deepnorm_constants(cfg.encoder.layers, cfg.decoder.layers)
 
 
 class DeepEncoderLayer(BranchScaleMixin, transformer_layer.TransformerEncoderLayerBase):
@@ -139,6 +174,7 @@ class DeepEncoderLayer(BranchScaleMixin, transformer_layer.TransformerEncoderLay
         self._context = context
         super().__init__(cfg)
         self._residual = not opts.no_encoder_residual
+        self.residual_weight = build_residual_weight(opts, cfg, "encoder", 2, cfg.encoder.embed_dim)
 
     def build_self_attention(self, embed_dim, cfg):
         rpr = self._opts.rpr_max_relative_position
@@ -170,7 +206,7 @@ class DeepEncoderLayer(BranchScaleMixin, transformer_layer.TransformerEncoderLay
         if self._context:
             self.self_attn.set_context(context, context_padding_mask)
         try:
-            with self._branches(branch_scales):
+            with self._branches(branch_scales, _ENCODER_SLOTS):
                 return super().forward(x, encoder_padding_mask, attn_mask)
         finally:
             if self._context:
@@ -184,6 +220,8 @@ class DeepDecoderLayer(BranchScaleMixin, transformer_layer.TransformerDecoderLay
         self._opts = opts
         self._context = context and not no_encoder_attn
         super().__init__(cfg, no_encoder_attn)
+        self.residual_weight = build_residual_weight(opts, cfg, "decoder", 2 if no_encoder_attn else 3,
+                                                     cfg.decoder.embed_dim)
 
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
         rpr = self._opts.rpr_max_relative_position
@@ -217,16 +255,66 @@ class DeepDecoderLayer(BranchScaleMixin, transformer_layer.TransformerDecoderLay
                 self_attn_padding_mask=None, need_attn=False, need_head_weights=False,
                 branch_scales: Optional[List[Optional[float]]] = None):
         """``branch_scales`` = (self-attention, FFN) multipliers; cross-attention is never scaled."""
+        cross = self.encoder_attn is not None and encoder_out is not None
         if branch_scales is not None:
-            cross = self.encoder_attn is not None and encoder_out is not None
             branch_scales = [branch_scales[0]] + ([None] if cross else []) + [branch_scales[1]]
-        with self._branches(branch_scales):
+        # residual-weight slots: self-attention, cross-attention (rows of a layer built with it), FFN
+        slots = (0, 1, 2) if cross else ((0, 2) if self.encoder_attn is not None else (0, 1))
+        with self._branches(branch_scales, slots):
             return super().forward(
                 x, encoder_out, encoder_padding_mask, incremental_state,
                 prev_self_attn_state=prev_self_attn_state, prev_attn_state=prev_attn_state,
                 self_attn_mask=self_attn_mask, self_attn_padding_mask=self_attn_padding_mask,
                 need_attn=need_attn, need_head_weights=need_head_weights,
             )
+
+
+def init_deepnorm(stack: nn.Module, cfg, side: str) -> None:
+    """DeepNorm's initialisation of one stack's layers (Wang et al. 2022, Fig. 2), if enabled."""
+    if not stack.opts.deepnorm:
+        return
+    beta = getattr(deepnorm_constants_of(stack.opts, cfg), f"{side}_beta")
+    for layer in stack.layers:
+        if deepnorm_init_(layer, beta) == 0:
+            raise RuntimeError(f"DeepNorm found no projection to initialise in a {side} layer ({type(layer)})")
+
+
+def check_residual_scaling(cfg) -> None:
+    """Refuse DeepNorm / Admin where they make no sense, naming both flags (build time)."""
+    opts = DeepTransformerOptions.from_args(cfg)
+    if not (opts.deepnorm or opts.admin):
+        if opts.deepnorm_alpha_beta:
+            raise ValueError("--deepnorm-alpha-beta is given without --deepnorm")
+        return
+    flag = "--deepnorm" if opts.deepnorm else "--admin"
+    if opts.deepnorm and opts.admin:
+        raise ValueError("--deepnorm and --admin both weight the same shortcut (x <- LN(w*x + f(x))): choose one")
+    if opts.deepnorm_alpha_beta and not opts.deepnorm:
+        raise ValueError("--deepnorm-alpha-beta is given without --deepnorm (it sets DeepNorm's constants)")
+    if opts.deepnorm_alpha_beta:
+        parse_deepnorm_override(opts.deepnorm_alpha_beta)
+    if cfg.encoder.normalize_before or cfg.decoder.normalize_before:
+        raise ValueError(
+            f"{flag} is a post-norm method (x <- LN(w*x + f(x)), the LayerNorm after the residual sum), but this "
+            f"model is pre-norm (--encoder-normalize-before / --decoder-normalize-before, or a pre-norm --arch): "
+            f"use --post-norm or an architecture without pre-norm")
+    if opts.deep_memory == "dlcl":
+        raise ValueError(
+            f"{flag} cannot be combined with --deep-memory dlcl: DLCL is implemented in its pre-norm form "
+            f"(Wang et al. 2019a, Sec. 3.2) and {flag} is post-norm")
+    if opts.no_encoder_residual:
+        raise ValueError(f"{flag} weights the residual connections, which --no-encoder-residual removes")
+
+
+def _mean_over_workers(values: List[float], device) -> List[float]:
+    """Average floats over the data-parallel workers (Admin's profile is the same on all)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return (t / dist.get_world_size()).tolist()
 
 
 class _SkipScheduleMixin:
@@ -282,6 +370,7 @@ class DeepTransformerEncoder(_SkipScheduleMixin, TransformerEncoderBase):
         super().__init__(cfg, dictionary, embed_tokens)
         self.memory = self.build_memory(cfg, embed_tokens.embedding_dim)
         self.init_skip(n_layers, self.opts.ssl_rate > 0)
+        init_deepnorm(self, cfg, "encoder")
 
     def build_memory(self, cfg, embed_dim: int) -> EncoderMemory:
         """Extension point: the module that turns the layers' outputs into the decoder's memories."""
@@ -359,6 +448,10 @@ def _identity(x: Tensor) -> Tensor:
     return x
 
 
+def _short(values: List[float]) -> str:
+    return f"{len(values)} sub-layers, {values[0]:.3f} ... {values[-1]:.3f}" if values else "none"
+
+
 class DeepTransformerDecoder(_SkipScheduleMixin, TransformerDecoderBase):
     """fairseq's Transformer decoder whose layer n attends to memory n, may drop its
     cross-attention (CAD), be permuted (GP) or skipped (SSL, LayerDrop)."""
@@ -374,6 +467,7 @@ class DeepTransformerDecoder(_SkipScheduleMixin, TransformerDecoderBase):
         self._built = 0
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn, output_projection)
         self.init_skip(n, self.opts.ssl_rate > 0 and self.opts.ssl_decoder)
+        init_deepnorm(self, cfg, "decoder")
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         idx, self._built = self._built, self._built + 1
@@ -505,13 +599,66 @@ class DeepTransformerModel(TransformerModel):
         from .architectures import deep_base_architecture
 
         deep_base_architecture(args)
-        return super().build_model(args, task)
+        model = super().build_model(args, task)
+        if model.encoder.opts.admin:
+            # Admin's profile happened (True) or is still to come on the first training batch
+            model.register_buffer("admin_profiled", torch.tensor(False))
+        return model
+
+    @classmethod
+    def build_encoder(cls, cfg, src_dict, embed_tokens):
+        check_residual_scaling(cfg)
+        return DeepTransformerEncoder(cfg, src_dict, embed_tokens)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        key = prefix + "admin_profiled"
+        if hasattr(self, "admin_profiled") and key not in state_dict:
+            # weights of a model trained without the flag (e.g. --finetune-from-model): profile on
+            # the first batch unless they carry Admin's profiled omegas
+            state_dict[key] = torch.tensor(any(k.endswith("omega_init") for k in state_dict))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def profile_admin(self, src_tokens, src_lengths, prev_output_tokens) -> Dict[str, List[float]]:
+        """Admin's profiling pass (Liu et al. 2020, Sec. 5): one forward over a batch, with no
+        gradient, dropout or structural randomness, that sets every omega_init of encoder and
+        decoder in execution order (:class:`~deepnmt_fairseq.modules.residual_scaling.AdminProfile`).
+        Returns the omegas set, per stack."""
+        stacks = {"encoder": self.encoder, "decoder": self.decoder}
+        profiles = {name: AdminProfile(_mean_over_workers) for name in stacks}
+        was_training = self.training
+        skips = [(s.skip, s.skip.active) for s in stacks.values() if s.skip is not None]
+        residuals = [(r, profiles[name]) for name, s in stacks.items() for r in admin_residuals(s)]
+        try:
+            self.eval()
+            for skip, _ in skips:
+                skip.active = False
+            for r, profile in residuals:
+                r.profile = profile
+            with torch.no_grad():
+                enc = self.encoder(src_tokens, src_lengths=src_lengths)
+                self.decoder(prev_output_tokens, encoder_out=enc)
+        finally:
+            for r, _ in residuals:
+                r.profile = None
+            for skip, active in skips:
+                skip.active = active
+            self.train(was_training)
+        self.admin_profiled.fill_(True)
+        omegas = {name: p.omegas for name, p in profiles.items()}
+        logger.info("Admin profile (first training batch): encoder omega %s; decoder omega %s",
+                    _short(omegas["encoder"]), _short(omegas["decoder"]))
+        return omegas
+
+    def _profile_admin_once(self, src_tokens, src_lengths, prev_output_tokens) -> None:
+        if self.training and hasattr(self, "admin_profiled") and not bool(self.admin_profiled):
+            self.profile_admin(src_tokens, src_lengths, prev_output_tokens)
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
                 features_only: bool = False, alignment_layer: Optional[int] = None,
                 alignment_heads: Optional[int] = None, extra_passes: Optional[Dict[str, Any]] = None):
         """fairseq's forward; with ``extra_passes`` the collapse-reducing passes (see
         :meth:`forward_passes`), so that a DDP wrapper sees them as one forward."""
+        self._profile_admin_once(src_tokens, src_lengths, prev_output_tokens)
         if extra_passes is not None:
             return self.forward_passes(src_tokens, src_lengths, prev_output_tokens, **extra_passes)
         return super().forward(src_tokens, src_lengths, prev_output_tokens, return_all_hiddens=return_all_hiddens,
@@ -526,6 +673,7 @@ class DeepTransformerModel(TransformerModel):
         Returns ``{"passes": [(features (B, T, d), logits, extra), ...],
         "corrupted": [features, ...]}``.
         """
+        self._profile_admin_once(src_tokens, src_lengths, prev_output_tokens)
         enc = self.encoder(src_tokens, src_lengths=src_lengths)
         passes = []
         for _ in range(decoder_passes):
@@ -537,9 +685,6 @@ class DeepTransformerModel(TransformerModel):
             corrupted.append(self.decoder(prev_output_tokens, encoder_out=enc_c, features_only=True)[0])
         return {"passes": passes, "corrupted": corrupted}
 
-    @classmethod
-    def build_encoder(cls, cfg, src_dict, embed_tokens):
-        return DeepTransformerEncoder(cfg, src_dict, embed_tokens)
 
     @classmethod
     def build_decoder(cls, cfg, tgt_dict, embed_tokens):

@@ -30,6 +30,33 @@ class DeepTransformerOptions(FairseqDataclass):
             "the 'plain deep stacks fail' baselines"
         },
     )
+    # ---- residual scaling for deep post-norm stacks -----------------------
+    deepnorm: bool = field(
+        default=False,
+        metadata={
+            "help": "DeepNorm (Wang et al. 2022, DeepNet, arXiv 2203.00555, Sec. 3): post-norm "
+            "sub-layers x <- LN(alpha*x + G(x)) and Xavier-normal init with gain beta on the FFN, "
+            "value and output projections (gain 1 on query/key); alpha, beta from the paper's "
+            "encoder-decoder formulas for this model's N encoder and M decoder layers. Implies "
+            "--post-norm"
+        },
+    )
+    deepnorm_alpha_beta: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "DeepNorm: override the paper's constants, 'enc_alpha,enc_beta,dec_alpha,dec_beta' "
+            "(default: computed from the depths; a student keeps an explicit override)"
+        },
+    )
+    admin: bool = field(
+        default=False,
+        metadata={
+            "help": "Admin (Liu et al. 2020, arXiv 2004.08249, Sec. 5): post-norm sub-layers "
+            "x_i = LN(x_{i-1}*omega_i + f_i(x_{i-1})), omega_i a learnable vector set from the "
+            "output variances of the earlier sub-layers, profiled on the first training batch "
+            "(once; recorded in the checkpoint, not repeated on resume). Implies --post-norm"
+        },
+    )
     no_encoder_residual: bool = field(
         default=False,
         metadata={
