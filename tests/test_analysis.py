@@ -272,6 +272,25 @@ def test_log_parsing_reads_fairseq_json_lines(tmp_path):
     assert vals["enc_gnorm_10"][0] == 0.25 and math.isnan(vals["enc_gnorm_10"][1])
 
 
+def test_a_series_of_the_logged_intervals_keeps_the_last_value_of_an_update_logged_twice():
+    """The evidence study's training curves (benchmarks/fidelity_runner.py): train loss by update
+    from the train_inner lines only; a resumed run logs some updates again, the last one counts."""
+    from deepnmt_fairseq.analysis.logs import parse_json_lines, series
+
+    lines = [
+        '2026-01-01 00:00:01 | INFO | train_inner | {"epoch": 1, "loss": "9.5", "num_updates": "10"}',
+        '2026-01-01 00:00:02 | INFO | train_inner | {"epoch": 1, "loss": "8.25", "num_updates": "20"}',
+        '2026-01-01 00:00:03 | INFO | train | {"epoch": 1, "train_loss": "8.0", "train_num_updates": "20"}',
+        '2026-01-01 00:00:04 | INFO | valid | {"epoch": 1, "valid_loss": "7.0", "valid_num_updates": "20"}',
+        '2026-01-01 00:00:05 | INFO | train_inner | {"epoch": 1, "loss": "8.5", "num_updates": "20"}',  # resumed
+        '2026-01-01 00:00:06 | INFO | train_inner | {"epoch": 1, "gnorm": "1.5", "num_updates": "25"}',
+        '2026-01-01 00:00:07 | INFO | train_inner | {"epoch": 1, "loss": "7.75", "num_updates": "30"}',
+    ]
+    assert series(parse_json_lines(lines), "loss") == [(10, 9.5), (20, 8.5), (30, 7.75)]
+    assert series(parse_json_lines(lines), "gnorm") == [(25, 1.5)]
+    assert series(parse_json_lines(lines), "valid_loss", tag="valid") == []  # no num_updates key there
+
+
 def test_hypotheses_from_generate_output_and_results_files(tmp_path):
     from deepnmt_fairseq.analysis.difficulty import read_hypotheses
     from deepnmt_fairseq.analysis.results import load_results

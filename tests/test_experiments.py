@@ -414,6 +414,9 @@ def test_detokenized_sacrebleu():
 
 
 def test_parsers_of_fairseq_output():
+    from deepnmt_fairseq.analysis.logs import parse_train_log
+    from deepnmt_fairseq.generate_output import parse_generate
+
     text = "\n".join([
         "S-1\tb a", "T-1\tB A", "H-1\t-0.5\tB A", "D-1\t-0.5\tB A", "P-1\t-0.1 -0.2",
         "S-0\ta", "T-0\tA", "H-0\t-0.25\tA", "H-0\t-0.9\tX",
@@ -421,7 +424,7 @@ def test_parsers_of_fairseq_output():
         "10.00 tokens/s)",
         "Generate test with beam=5: BLEU4 = 12.34, 50.0/20.0/10.0/5.0 (BP=1.000, ratio=1.000, syslen=3, reflen=3)",
     ])
-    out = scoring.parse_generate(text)
+    out = parse_generate(text)
     assert out["hyps"] == {0: "A", 1: "B A"} and out["refs"] == {0: "A", 1: "B A"}
     assert out["tokens_per_s"] == 10.0 and out["sentences"] == 2 and out["decode_seconds"] == 0.5
     assert out["fairseq_bleu"] == "BLEU4 = 12.34"
@@ -431,7 +434,7 @@ def test_parsers_of_fairseq_output():
         "epoch 002 | valid on 'valid' subset | loss 5.7 | nll_loss 5.1 | ppl 34.25 | wps 0",
         "INFO | fairseq_cli.train | done training in 3600.0 seconds",
     ])
-    st = scoring.parse_train_log(log)
+    st = parse_train_log(log)
     assert st == {"params": 1234567, "params_m": 1.23, "train_seconds": 3600.0, "valid_ppl": 34.25}
 
 
@@ -531,6 +534,8 @@ def _sh(script, *args, env):
 
 
 def _check_results(path: Path, corpus_env, exp_name):
+    from deepnmt_fairseq.generate_output import parse_generate
+
     res = json.loads(path.read_text(encoding="utf-8"))
     exp = EXPS[exp_name]
     for key in ("tok_bleu", "tok_bleu_lc", "tok_bleu_compound_split", "sacrebleu", "sacrebleu_signature",
@@ -544,7 +549,7 @@ def _check_results(path: Path, corpus_env, exp_name):
     # the reported BLEU is multi-bleu.perl's on the decoded test set against the tokenized reference
     refs = (corpus_env["work"] / "tok" / "test.tok.de").read_text(encoding="utf-8").splitlines()
     gen = Path(res["generate_output"]).read_text(encoding="utf-8")
-    hyps, missing = scoring.ordered(scoring.parse_generate(gen)["hyps"], len(refs))
+    hyps, missing = scoring.ordered(parse_generate(gen)["hyps"], len(refs))
     assert not missing
     assert res["tok_bleu"] == round(scoring.multi_bleu(hyps, refs), 2)
     assert res["tok_bleu_lc"] == round(scoring.multi_bleu(hyps, refs, lowercase=True), 2)

@@ -1,4 +1,7 @@
-"""Read fairseq training logs: ``--log-format json`` lines and tensorboard event files.
+"""Read fairseq training logs: ``--log-format json`` lines, tensorboard event files, the
+``--log-format simple`` statistics lines (:func:`parse_curves`) and the lines fairseq-train prints
+once (:func:`parse_train_log`).  The project's one reader of them: ``deepnmt-plot``,
+``deepnmt-repro`` (figures and results) and the evidence study (benchmarks/fidelity_runner.py).
 
 A *run* is a list of records ``{"tag": "train_inner" | "train" | "valid" | ..., key: float}``.
 
@@ -84,6 +87,14 @@ def parse_json_lines(lines: Iterable[str]) -> List[Record]:
 def read_json_log(path: str) -> List[Record]:
     with open(path, encoding="utf-8", errors="replace") as f:
         return parse_json_lines(f)
+
+
+def series(records: Iterable[Record], key: str, tag: str = "train_inner") -> List[Tuple[int, float]]:
+    """(update, value of ``key``) of the ``tag`` records that have both, by update; an update
+    logged twice (a resumed run) keeps its last value."""
+    points = {int(r["num_updates"]): float(r[key]) for r in records
+              if r.get("tag") == tag and "num_updates" in r and key in r}
+    return sorted(points.items())
 
 
 def _tb_dirs(root: str) -> List[str]:
@@ -185,3 +196,94 @@ def diagnostics(records: List[Record], pattern: str) -> Tuple[List[float], Dict[
 
 def natural_key(s: str):
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
+
+
+# ------------------------------------------------------------- --log-format simple (and json)
+_NUM = r"([-+0-9.eE,]+|inf|nan)"
+_SIMPLE_EPOCH = re.compile(r"\| (train|valid) \| epoch \d+ \|(.*)$")
+_SIMPLE_INNER = re.compile(r"\| train_inner \| epoch \d+:\s+\d+ / \d+ (.*)$")
+
+
+def _kv_bars(text: str) -> Dict[str, float]:
+    out = {}
+    for part in text.split("|"):
+        m = re.match(rf"\s*([a-z_0-9]+) {_NUM}\s*$", part.strip() + " ") if part.strip() else None
+        if m:
+            try:
+                out[m.group(1)] = float(m.group(2).replace(",", ""))
+            except ValueError:
+                pass
+    return out
+
+
+def _kv_commas(text: str) -> Dict[str, float]:
+    out = {}
+    for m in re.finditer(rf"([a-z_0-9]+)={_NUM}", text):
+        try:
+            out[m.group(1)] = float(m.group(2).replace(",", "").rstrip(","))
+        except ValueError:
+            pass
+    return out
+
+
+def parse_curves(text: str) -> Dict[str, List[Tuple[float, float]]]:
+    """(num_updates, value) series from a fairseq-train log: ``train_ppl``/``train_loss`` (every
+    logging interval and epoch), ``valid_ppl``/``valid_loss`` (every validation).  Reads the simple
+    format (``| train | epoch 001 | loss 9.9 | ... | num_updates 4``, ``train_inner ... loss=...``) and
+    json lines (``{"epoch": 1, "train_loss": ..., "train_num_updates": ...}``)."""
+    out: Dict[str, Dict[float, float]] = {}
+
+    def put(kind: str, stats: Dict[str, float]):
+        n = stats.get("num_updates")
+        if n is None:
+            return
+        for k in ("ppl", "loss"):
+            if k in stats:
+                out.setdefault(f"{kind}_{k}", {})[n] = stats[k]
+
+    for line in text.splitlines():
+        line = line.rstrip()
+        if line.lstrip().startswith("{"):
+            try:
+                obj = json.loads(line[line.index("{"):])
+            except ValueError:
+                continue
+            for kind in ("train", "valid", "train_inner"):
+                stats = {k[len(kind) + 1:]: v for k, v in obj.items() if k.startswith(kind + "_")}
+                stats = {k: float(v) for k, v in stats.items() if isinstance(v, (int, float, str))
+                         and re.fullmatch(_NUM, str(v))}
+                put("valid" if kind == "valid" else "train", stats)
+            continue
+        m = _SIMPLE_EPOCH.search(line)
+        if m:
+            put(m.group(1), _kv_bars(m.group(2)))
+            continue
+        m = _SIMPLE_INNER.search(line)
+        if m:
+            put("train", _kv_commas(m.group(1)))
+    return {k: sorted(v.items()) for k, v in out.items()}
+
+
+def last_value(text: str, metric: str) -> Optional[float]:
+    points = parse_curves(text).get(metric) or []
+    return points[-1][1] if points else None
+
+
+# ------------------------------------------------------------- what fairseq-train prints once
+_PARAMS = re.compile(r"num\. (?:shared )?model params: ([\d,]+)")
+_DONE = re.compile(r"done training in ([\d.]+) seconds")
+_VALID_PPL = re.compile(r"valid on 'valid' subset \|.*?\| ppl ([\d.]+)")
+
+
+def parse_train_log(text: str) -> Dict[str, Optional[float]]:
+    """Model size, training time and best validation perplexity from a fairseq-train log."""
+    params = _PARAMS.findall(text)
+    seconds = [float(s) for s in _DONE.findall(text)]
+    ppl = [float(p) for p in _VALID_PPL.findall(text)]
+    n = int(params[-1].replace(",", "")) if params else None
+    return {
+        "params": n,
+        "params_m": round(n / 1e6, 2) if n is not None else None,
+        "train_seconds": sum(seconds) if seconds else None,
+        "valid_ppl": min(ppl) if ppl else None,
+    }

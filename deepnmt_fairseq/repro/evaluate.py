@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from ..analysis.logs import parse_train_log
 from ..console import child_env
+from ..generate_output import parse_generate
 from . import scoring
 from .commands import (
     Paths,
@@ -232,7 +234,7 @@ class Evaluator:
     def score(self, gen: Path) -> Dict[str, object]:
         ev = self.exp.eval
         _, tgt = self.exp.lang_pair
-        parsed = scoring.parse_generate(gen.read_text(encoding="utf-8", errors="replace"))
+        parsed = parse_generate(gen.read_text(encoding="utf-8", errors="replace"))
         hyps_by_id: Dict[int, str] = parsed["hyps"]  # type: ignore[assignment]
         tok_refs, raw_refs, info = self.references(parsed["refs"])  # type: ignore[arg-type]
         n = len(tok_refs)
@@ -279,7 +281,7 @@ class Evaluator:
                 logfile = self.ckdir / "train.log"
             if not logfile.exists():
                 continue
-            stats = scoring.parse_train_log(logfile.read_text(encoding="utf-8", errors="replace"))
+            stats = parse_train_log(logfile.read_text(encoding="utf-8", errors="replace"))
             seconds += stats["train_seconds"] or 0.0
             if stage.name == self.stage.name:
                 out["params"] = stats["params"]

@@ -1,4 +1,6 @@
-"""The papers' BLEU variants, and parsing of fairseq-generate / fairseq-train output.
+"""The papers' BLEU variants.  (fairseq-generate output is read by
+:func:`deepnmt_fairseq.generate_output.parse_generate`, fairseq-train logs by
+:mod:`deepnmt_fairseq.analysis.logs`.)
 
 * **tokenized BLEU** (``multi-bleu.perl``): corpus BLEU over whitespace tokens of the
   Moses-tokenized hypothesis and reference, no smoothing, ``-lc`` lowercases both.
@@ -102,34 +104,7 @@ def detok_sacrebleu(hyps_tok: Sequence[str], raw_refs: Sequence[str], lang: str,
     return score, str(metric.get_signature()), detok
 
 
-# ---------------------------------------------------------------------- fairseq output
-def parse_generate(text: str) -> Dict[str, object]:
-    """fairseq-generate output by sentence id (the package's one implementation; imported
-    lazily because importing the package loads fairseq)."""
-    from deepnmt_fairseq.generate_output import parse_generate as parse
-
-    return parse(text)
-
-
-_PARAMS = re.compile(r"num\. (?:shared )?model params: ([\d,]+)")
-_DONE = re.compile(r"done training in ([\d.]+) seconds")
-_VALID_PPL = re.compile(r"valid on 'valid' subset \|.*?\| ppl ([\d.]+)")
-
-
-def parse_train_log(text: str) -> Dict[str, Optional[float]]:
-    """Model size, training time and best validation perplexity from a fairseq-train log."""
-    params = _PARAMS.findall(text)
-    seconds = [float(s) for s in _DONE.findall(text)]
-    ppl = [float(p) for p in _VALID_PPL.findall(text)]
-    n = int(params[-1].replace(",", "")) if params else None
-    return {
-        "params": n,
-        "params_m": round(n / 1e6, 2) if n is not None else None,
-        "train_seconds": sum(seconds) if seconds else None,
-        "valid_ppl": min(ppl) if ppl else None,
-    }
-
-
+# ---------------------------------------------------------------------- by sentence id
 def ordered(table: Dict[int, str], n: Optional[int] = None) -> Tuple[List[str], List[int]]:
     """Values in sentence-id order and the ids missing from 0..n-1."""
     n = (max(table) + 1 if table else 0) if n is None else n

@@ -93,9 +93,10 @@ class SummarizationEvaluator(_evaluator_base()):
         return argv
 
     def score(self, gen) -> Dict[str, object]:
+        from ..generate_output import parse_generate
         from . import scoring
 
-        parsed = scoring.parse_generate(gen.read_text(encoding="utf-8", errors="replace"))
+        parsed = parse_generate(gen.read_text(encoding="utf-8", errors="replace"))
         refs, _, info = self.references(parsed["refs"])
         hyps, missing = scoring.ordered(parsed["hyps"], len(refs))
         if missing:
