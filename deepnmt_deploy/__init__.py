@@ -9,9 +9,18 @@ subword-nmt or sentencepiece, so a deployment machine can run it without the tra
 and the command starts in about half a second instead of the ~5 s that importing torch and
 fairseq costs.  Nothing in this package imports torch, fairseq or ``deepnmt_fairseq``
 (``tests/test_deploy.py::test_translate_runs_without_torch_or_fairseq``).
+
+It ships in two distributions built from this one directory: the training one
+(``deepnmt-fairseq``, the repository's pyproject.toml) and the serving one (``deepnmt-deploy``,
+``deploy-dist/pyproject.toml``), whose only dependencies are CTranslate2 and the tokenizers
+(``tests/test_deploy.py::test_serving_distribution_installs_and_translates_without_torch``
+installs its wheel into a fresh environment without torch).
 """
 
-INSTALL_HINT = "CTranslate2 is not installed: pip install 'deepnmt-fairseq[deploy]' (or pip install ctranslate2==4.8.5)"
+__version__ = "0.1.0"
+
+INSTALL_HINT = ("CTranslate2 is not installed: pip install ctranslate2==4.8.5 (the serving distribution "
+                "deepnmt-deploy depends on it; for the training one: pip install 'deepnmt-fairseq[deploy]')")
 
 #: the file written next to the CTranslate2 model: tokenization, languages, limits, provenance
 METADATA = "deepnmt_export.json"

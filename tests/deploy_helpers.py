@@ -5,7 +5,8 @@ and the deployment benchmark (no subprocess: CI time).
 corpus and writes a normal fairseq checkpoint (cfg + model), so the export reads it as it
 reads one written by fairseq-train.  ``fairseq_generate`` runs fairseq's own
 ``SequenceGenerator`` through ``task.inference_step``, exactly as ``fairseq-generate`` does,
-and returns the hypotheses as subword strings by sentence id.
+and returns the hypotheses as subword strings by sentence id.  ``wheels_of_installed`` rebuilds
+installed distributions as wheels, for a fresh environment that installs without a network.
 """
 
 from __future__ import annotations
@@ -122,3 +123,57 @@ def bleu(hyps: List[str], refs: List[str]) -> float:
     import sacrebleu
 
     return sacrebleu.corpus_bleu(hyps, [refs], tokenize="none", force=True).score
+
+
+def wheels_of_installed(requirements, dest: Path) -> List[str]:
+    """Rebuild, from this environment's installed files, the wheels of the distributions that
+    ``requirements`` (``Requires-Dist`` strings) need, transitively, into ``dest``: a fresh
+    environment then installs them with ``pip install --no-index --find-links dest`` (no
+    download; the versions are the ones tested here).  Returns the distributions' names.
+
+    Each wheel holds the files its installation recorded (``RECORD``) inside site-packages,
+    its ``.dist-info`` with a new ``RECORD``, and the original ``WHEEL`` tags; console scripts
+    are remade by pip from ``entry_points.txt``."""
+    import base64
+    import hashlib
+    import re
+    import zipfile
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    todo = [Requirement(r) for r in requirements]
+    found = {}
+    while todo:
+        req = todo.pop()
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        name = canonicalize_name(req.name)
+        if name in found:
+            continue
+        dist = metadata.distribution(req.name)
+        assert req.specifier.contains(dist.version, prereleases=True), (str(req), dist.version)
+        assert dist.files, f"{req.name} {dist.version} has no RECORD: cannot be rebuilt as a wheel"
+        found[name] = dist
+        todo += [Requirement(r) for r in dist.requires or []]
+    dest.mkdir(parents=True, exist_ok=True)
+    for dist in found.values():
+        files = [f for f in dist.files if ".." not in f.parts and "__pycache__" not in f.parts]
+        info = next(f.parts[0] for f in files if f.parts[0].endswith(".dist-info"))
+        wheel_meta = Path(dist.locate_file(f"{info}/WHEEL")).read_text()
+        tag = next(line.split(":", 1)[1].strip() for line in wheel_meta.splitlines() if line.startswith("Tag:"))
+        wname = f"{re.sub(r'[-_.]+', '_', dist.metadata['Name'])}-{dist.version}-{tag}.whl"
+        record = []
+        with zipfile.ZipFile(dest / wname, "w", zipfile.ZIP_STORED) as z:
+            for f in files:
+                if f.parts[0] == info and f.name in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json"):
+                    continue
+                path = Path(dist.locate_file(f))
+                data = path.read_bytes()
+                z.writestr(zipfile.ZipInfo.from_file(path, str(f)), data)
+                digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                record.append(f"{f},sha256={digest},{len(data)}")
+            record.append(f"{info}/RECORD,,")
+            z.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
+    return sorted(found)

@@ -4,8 +4,9 @@ the translate command's line handling.
 Every exportable variant is trained briefly in-process on the tiny corpus (a base model, then
 each variant fine-tuned from it), decoded by fairseq-generate's own search
 (``task.inference_step``) and by the exported CTranslate2 model with the same beam, length
-penalty and max length.  float32: >= 99% identical hypotheses and BLEU within 0.1; int8: BLEU
-within 0.5.  Tests that run CTranslate2 are skipped, with the reason, when it is not
+penalty and max length.  float32: both engines score every hypothesis the same, and a
+hypothesis that differs is a near-tie (see SAME_SCORE_ATOL, NEAR_TIE_TOL); int8: token
+log-probabilities and BLEU close to float32's.  Tests that run CTranslate2 are skipped, with the reason, when it is not
 installed (``pip install .[deploy]``); the refusals and the text pipeline are tested without it.
 """
 
@@ -108,6 +109,74 @@ def _export(ckpt, out, quantization=None, **kw):
 
 
 # ---------------------------------------------------------------- equivalence
+# Two beam searches over the same model may part where two hypotheses score nearly the same:
+# fairseq and CTranslate2 add the same log-probabilities in another order (float32 sums
+# differ by ~1e-6), and the checkpoint itself depends on the machine's thread count.  So the
+# float32 export is held to what must hold whatever the search does:
+# * the engines score any hypothesis the same: each engine's length-normalized score of both
+#   hypotheses (fairseq's and CTranslate2's) within SAME_SCORE_ATOL of the other engine's
+#   (per-token log-probabilities agree to 1e-4, test_token_scores_equal);
+# * where the hypotheses differ, it is a near-tie: each engine scores the two within
+#   NEAR_TIE_TOL of each other;
+# * at least MIN_IDENTICAL of the hypotheses are identical (a wrong --beam, --lenpen or length
+#   limit parts far more).
+# A wrong export fails the first (test_near_tie_check_catches_a_wrong_export).  Measured on this
+# project's 2-vCPU machine, all 8 variants: the engines' scores of the same hypothesis 3e-7 to
+# 6e-7 apart; 7 variants 40/40 identical, desdar 39/40 with the two hypotheses 0.0014 apart (the
+# old test's 40-of-40 failed there); the wrong export: 0.035 apart, 32/40 identical.
+SAME_SCORE_ATOL = 1e-4  # as the per-token agreement of test_token_scores_equal
+NEAR_TIE_TOL = 0.02  # nats per token^lenpen (length-normalized, </s> included): 14x the largest measured
+MIN_IDENTICAL = 0.9
+
+
+def _sequence_scores(token_logprobs, lenpen=LENPEN):
+    """fairseq's beam score: the sum of the token log-probabilities (</s> included) over
+    length^lenpen (length with </s>)."""
+    return [sum(lp) / len(lp) ** lenpen for lp in token_logprobs]
+
+
+def _fairseq_scores(model, task, srcs, hyps):
+    """fairseq's (teacher-forced) token log-probabilities of each hypothesis, </s> last."""
+    src_d, tgt_d = task.source_dictionary, task.target_dictionary
+    model.eval()
+    out = []
+    for s, h in zip(srcs, hyps):
+        src = src_d.encode_line(s, add_if_not_exist=False, append_eos=True).long()[None]
+        tgt = tgt_d.encode_line(h, add_if_not_exist=False, append_eos=True).long()[None]
+        out.append(_fairseq_token_logprobs(model, src, torch.tensor([src.size(1)]), tgt)[0].tolist())
+    return out
+
+
+def _ct2_scores(translator, srcs, hyps):
+    return [list(r.log_probs) for r in translator.score_batch([s.split() for s in srcs], [h.split() for h in hyps])]
+
+
+def search_disagreements(model, task, translator, srcs, fs_hyp, ct_hyp):
+    """What does not hold of the two searches (empty: the export is right), and the measures."""
+    fs = {"fairseq": _fairseq_scores(model, task, srcs, fs_hyp), "ct2": _ct2_scores(translator, srcs, fs_hyp)}
+    ct = {"fairseq": _fairseq_scores(model, task, srcs, ct_hyp), "ct2": _ct2_scores(translator, srcs, ct_hyp)}
+    fs = {e: _sequence_scores(v) for e, v in fs.items()}
+    ct = {e: _sequence_scores(v) for e, v in ct.items()}
+    problems = []
+    same_gap = max(abs(a[e1][k] - a[e2][k]) for a in (fs, ct) for k in range(len(srcs))
+                   for e1, e2 in [("fairseq", "ct2")])
+    if same_gap > SAME_SCORE_ATOL:
+        problems.append(f"the engines score the same hypothesis {same_gap:.4g} apart (> {SAME_SCORE_ATOL})")
+    differ = [k for k in range(len(srcs)) if fs_hyp[k] != ct_hyp[k]]
+    tie_gap = 0.0
+    for k in differ:
+        for e in ("fairseq", "ct2"):
+            gap = abs(fs[e][k] - ct[e][k])
+            tie_gap = max(tie_gap, gap)
+            if gap > NEAR_TIE_TOL:
+                problems.append(f"sentence {k}: {e} scores fairseq's hypothesis {fs[e][k]:.4f} and CTranslate2's "
+                                f"{ct[e][k]:.4f}, not a near-tie (> {NEAR_TIE_TOL})")
+    identical = len(srcs) - len(differ)
+    if identical < math.ceil(MIN_IDENTICAL * len(srcs)):
+        problems.append(f"only {identical}/{len(srcs)} hypotheses identical (< {MIN_IDENTICAL:.0%})")
+    return problems, dict(identical=identical, same_gap=same_gap, tie_gap=tie_gap)
+
+
 @needs_ct2
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -123,6 +192,7 @@ def test_export_matches_fairseq_generate(variant, checkpoints, tmp_path):
         assert (len(model.encoder.layers), len(model.decoder.layers)) == (2, 1)
     srcs, hyps, refs = fairseq_generate(model, task, beam=BEAM, lenpen=LENPEN, max_len_b=MAX_LEN)
     ids = sorted(hyps)
+    src = [srcs[i] for i in ids]
     ref = [refs[i] for i in ids]
     fs_hyp = [hyps[i] for i in ids]
     fs_bleu = bleu(fs_hyp, ref)
@@ -131,24 +201,59 @@ def test_export_matches_fairseq_generate(variant, checkpoints, tmp_path):
         out, meta = _export(ckpt, tmp_path / quant, quant)
         assert meta["tokenization"]["segmenter"] == "none"  # the tiny corpus has no BPE
         deployed = DeployedModel(out)
-        ct = [" ".join(h) for h in deployed.translate_tokens([srcs[i].split() for i in ids], beam=BEAM,
+        ct = [" ".join(h) for h in deployed.translate_tokens([s.split() for s in src], beam=BEAM,
                                                              lenpen=LENPEN, max_len=MAX_LEN)]
-        same = sum(a == b for a, b in zip(ct, fs_hyp))
-        measured[quant] = (same, bleu(ct, ref))
-        scored = deployed.translator.score_batch([srcs[i].split() for i in ids], [r.split() for r in ref])
+        measured[quant] = (sum(a == b for a, b in zip(ct, fs_hyp)), bleu(ct, ref))
+        scored = deployed.translator.score_batch([s.split() for s in src], [r.split() for r in ref])
         ref_scores[quant] = torch.tensor([x for r in scored for x in r.log_probs])
+        if quant == "float32":
+            problems, m = search_disagreements(model, task, deployed.translator, src, fs_hyp, ct)
     int8_drift = (ref_scores["int8"] - ref_scores["float32"]).abs().mean().item()
     print(f"{variant}: fairseq BLEU {fs_bleu:.2f}; float32 {measured['float32'][0]}/{len(ids)} identical, "
-          f"BLEU {measured['float32'][1]:.2f}; int8 {measured['int8'][0]}/{len(ids)} identical, "
-          f"BLEU {measured['int8'][1]:.2f}, mean |log p int8 - float32| on the references {int8_drift:.4f}")
-    assert measured["float32"][0] >= math.ceil(0.99 * len(ids)), measured
-    assert abs(measured["float32"][1] - fs_bleu) <= 0.1, (fs_bleu, measured)
+          f"BLEU {measured['float32'][1]:.2f}, same-hypothesis score gap {m['same_gap']:.2e}, largest near-tie "
+          f"{m['tie_gap']:.4f}; int8 {measured['int8'][0]}/{len(ids)} identical, BLEU {measured['int8'][1]:.2f}, "
+          f"mean |log p int8 - float32| on the references {int8_drift:.4f}")
+    assert not problems, problems
     # int8 on a width-16 model: quantization noise is large next to these near-flat
     # distributions and 40 sentences make BLEU jumpy, so the issue's 0.5-BLEU target is checked
     # in benchmarks/deploy_speed.py (wider model, full test set).  Here: the int8 model is the
     # same model (token log-probabilities close to float32's) and no broken export (BLEU).
     assert int8_drift < INT8_MAX_DRIFT, int8_drift
     assert abs(measured["int8"][1] - fs_bleu) <= INT8_MAX_BLEU_GAP_TINY, (fs_bleu, measured)
+
+
+@needs_ct2
+@pytest.mark.slow
+def test_near_tie_check_catches_a_wrong_export(checkpoints, tmp_path):
+    """The check above fails for an export that is slightly wrong: one encoder layer's
+    feed-forward output scaled by 0.9 (as a residual-branch factor left unfolded would be)."""
+    from deepnmt_fairseq.checkpoint_safety import load_checkpoint
+    from deepnmt_fairseq.deploy.export import load_model
+    from deepnmt_deploy.translate import DeployedModel
+
+    ckpt = checkpoints("prenorm")
+    model, _, task = load_model(str(ckpt))
+    srcs, hyps, _ = fairseq_generate(model, task, beam=BEAM, lenpen=LENPEN, max_len_b=MAX_LEN)
+    ids = sorted(hyps)
+    src, fs_hyp = [srcs[i] for i in ids], [hyps[i] for i in ids]
+    state = load_checkpoint(str(ckpt))
+    for name in ("encoder.layers.1.fc2.weight", "encoder.layers.1.fc2.bias"):
+        state["model"][name] = state["model"][name] * 0.9
+    wrong = tmp_path / "wrong.pt"
+    torch.save(state, wrong)
+    out, _ = _export(wrong, tmp_path / "wrong")
+    deployed = DeployedModel(out)
+    ct = [" ".join(h) for h in deployed.translate_tokens([s.split() for s in src], beam=BEAM, lenpen=LENPEN,
+                                                         max_len=MAX_LEN)]
+    problems, m = search_disagreements(model, task, deployed.translator, src, fs_hyp, ct)
+    print(f"wrong export: {m}; {problems[:2]}")
+    assert problems and "the engines score the same hypothesis" in problems[0], (m, problems)
+    # and the right export of the same checkpoint passes
+    out, _ = _export(ckpt, tmp_path / "right")
+    deployed = DeployedModel(out)
+    ct = [" ".join(h) for h in deployed.translate_tokens([s.split() for s in src], beam=BEAM, lenpen=LENPEN,
+                                                         max_len=MAX_LEN)]
+    assert search_disagreements(model, task, deployed.translator, src, fs_hyp, ct)[0] == []
 
 
 def _fairseq_token_logprobs(model, src, lens, tgt):
@@ -508,3 +613,90 @@ def test_translate_runs_without_torch_or_fairseq(checkpoints, tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     got = (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()
     assert got == list(DeployedModel(out).translate_lines(lines, beam=2))
+
+
+# ---------------------------------------------------------------- the serving distribution
+SERVING_DEPENDENCIES = {"ctranslate2", "sacremoses", "subword-nmt", "sentencepiece"}
+TRAINING_STACK = {"torch", "fairseq", "ve-fairseq", "fairseq-fixed", "deepnmt-fairseq", "hydra-core", "omegaconf"}
+
+
+def _venv_env():
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    return dict(env, OMP_NUM_THREADS="1", PYTHONNOUSERSITE="1")
+
+
+@needs_ct2
+@pytest.mark.slow
+def test_serving_distribution_installs_and_translates_without_torch(checkpoints, tmp_path):
+    """deploy-dist/ builds the wheel deepnmt-deploy, whose dependencies are CTranslate2 and the
+    tokenizers only (CTranslate2 pinned as the training distribution's [deploy] extra pins it);
+    installed into a fresh virtual environment (no torch, no fairseq; its dependencies rebuilt
+    from this environment's files, so no network), its deepnmt-translate translates an exported
+    model as this process does."""
+    import shutil
+    import subprocess
+    import sys
+    import venv
+    import zipfile
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    from deploy_helpers import wheels_of_installed
+    from deepnmt_deploy.translate import DeployedModel
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
+
+    root = Path(__file__).resolve().parents[1]
+    # build from a copy (the package link followed) so that the tree gets no build/ or egg-info
+    src = tmp_path / "deploy-dist"
+    shutil.copytree(root / "deploy-dist", src, symlinks=False)
+    wheels = tmp_path / "wheels"
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                          "-w", str(wheels), str(src)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (whl,) = wheels.glob("deepnmt_deploy-*.whl")
+    with zipfile.ZipFile(whl) as z:
+        names = z.namelist()
+        meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+        entry_points = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
+    assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"deepnmt_deploy"}
+    assert "deepnmt-translate = deepnmt_deploy.translate:main" in entry_points
+    requires = [line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Requires-Dist:")]
+    assert {canonicalize_name(Requirement(r).name) for r in requires} == SERVING_DEPENDENCIES, requires
+    training = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    pins = {str(Requirement(r)) for r in training["optional-dependencies"]["deploy"]}
+    assert {str(Requirement(r)) for r in requires if Requirement(r).name == "ctranslate2"} == pins
+
+    # a fresh environment: the wheel and what its metadata asks for, nothing from here
+    deps = wheels_of_installed(requires, wheels)
+    assert not TRAINING_STACK & set(deps), deps
+    env_dir = tmp_path / "serve-env"
+    venv.create(env_dir, with_pip=True, clear=True)
+    py = env_dir / "bin" / "python"
+    res = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels),
+                          str(whl)], capture_output=True, text=True, env=_venv_env(), cwd=tmp_path)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    res = subprocess.run([str(py), "-c", "import importlib.metadata as m, importlib.util as u, deepnmt_deploy; "
+                          "print(deepnmt_deploy.__file__); print(u.find_spec('torch'), u.find_spec('fairseq')); "
+                          "print(sorted(d.metadata['Name'].lower() for d in m.distributions()))"],
+                         capture_output=True, text=True, env=_venv_env(), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    where, specs, installed = res.stdout.splitlines()
+    assert where.startswith(str(env_dir)) and specs == "None None", res.stdout
+    assert not TRAINING_STACK & set(installed.strip("[]").replace("'", "").split(", ")), installed
+
+    out, _ = _export(checkpoints("prenorm"), tmp_path / "model")
+    lines = ["the cat sees a dog", "", "the dog runs"]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    res = subprocess.run([str(env_dir / "bin" / "deepnmt-translate"), "--model", out, "--input", "in.txt",
+                          "--output", "out.txt", "--beam", "2", "--no-progress"],
+                         capture_output=True, text=True, env=_venv_env(), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()
+    assert got == list(DeployedModel(out).translate_lines(lines, beam=2)) and got[0] and not got[1]
