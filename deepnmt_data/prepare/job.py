@@ -79,6 +79,7 @@ class Job:
     def langs(self):
         return self.r.src, self.r.tgt
 
+    # ------------------------------------------------------------------ plan / dry run
     def dry_run(self) -> None:
         r = self.r
         print(f"{r.name}: {r.title}  [{r.papers}]")
@@ -155,6 +156,7 @@ class Job:
             msg += " The file in --from-dir was left as it is."
         raise DataPrepError(msg + " Pass --ignore-checksums if the upstream file was re-released.")
 
+    # ------------------------------------------------------------------ step bpe (the split: a subclass)
     def tok_pairs(self, split: str):
         s, t = self.langs()
         with open(self.ds / "tok" / f"{split}.{s}", encoding="utf-8", newline="\n") as fa, \
@@ -186,6 +188,7 @@ class Job:
         return binarize(self.ds / "bpe", self.fresh_partial("bin"), s, t, self.workers,
                         self.step_info("bpe")["stats"], self.log)
 
+    # ------------------------------------------------------------------ driver
     def run(self) -> int:
         a, ds = self.args, self.ds
         if a.dry_run:

@@ -22,6 +22,7 @@ from .workers import Workers, _seg_job, _tok_job, chunks
 class TranslationJob(Job):
     """A parallel corpus of :data:`deepnmt_data.corpora.RECIPES` (a :class:`~deepnmt_data.corpora.Recipe`)."""
 
+    # ------------------------------------------------------------------ plan
     def describe_steps(self) -> list:
         r, a = self.r, self.args
         tok = f"Moses tokenizer (sacremoses, escape=False{', aggressive dash splits' if r.aggressive_dash else ''})"
@@ -47,6 +48,7 @@ class TranslationJob(Job):
                     f"--workers {self.workers}"),
         ]
 
+    # ------------------------------------------------------------------ step raw
     def step_raw(self) -> dict:
         out = self.fresh_partial("raw")
         stats = {"files": {}}
@@ -187,6 +189,7 @@ class TranslationJob(Job):
         prog.done(" -> " + ", ".join(f"{w.split} {w.n:,}" for w in writers.values())
                   + (f" (cleaning dropped {sum(dropped.values()):,}: {dict(dropped)})" if dropped else ""))
 
+    # ------------------------------------------------------------------ step bpe
     def _seg_split(self, split: str, pool, out: Path, stats: dict) -> None:
         """Apply the subword model to one split; WMT training pairs are cleaned afterwards
         (fairseq's WMT recipes run clean-corpus-n on the BPE'd text)."""
