@@ -1,34 +1,18 @@
 """docs/fidelity.md from the finished runs of benchmarks/fidelity.py: per comparison a table of
-mean ± spread over seeds, the verdicts that the spreads allow, the plots, and every command."""
+mean ± spread over seeds, the verdicts that the spreads allow, the plots, and every command.
+Imports the plan (fidelity_plan) only: the report is written from the records, without the runner."""
 
 from __future__ import annotations
 
-import math
-import statistics
 import time
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
+
+from fidelity_plan import DD_KINDS, FAMILIES, REPO, by_system, dd_choice, headline_pairs, stat
 
 FINDINGS = Path(__file__).with_name("fidelity_findings.md")
 METRICS = (("final_train_loss", "train loss", False), ("valid_nll", "valid NLL", False),
            ("bleu", "test BLEU", True), ("train_bleu", "train-sample BLEU", True))
-
-
-def by_system(results: Dict[str, dict]) -> Dict[str, List[dict]]:
-    out: Dict[str, List[dict]] = {}
-    for r in results.values():
-        out.setdefault(r.get("system", r["name"]), []).append(r)
-    for runs in out.values():
-        runs.sort(key=lambda r: r.get("seed", 0))
-    return out
-
-
-def stat(runs: Iterable[dict], key: str) -> Optional[Tuple[float, float, int]]:
-    """(mean, spread = max - min, n) of a metric over the seeds that have it."""
-    vals = [r[key] for r in runs if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
-    if not vals:
-        return None
-    return statistics.fmean(vals), max(vals) - min(vals), len(vals)
 
 
 def fmt(s: Optional[Tuple[float, float, int]], digits: int = 2) -> str:
@@ -83,8 +67,6 @@ def _postnorm_schedule(p) -> str:
 
 def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
                  planned: Optional[List[str]] = None, records: Optional[Path] = None) -> None:
-    from fidelity import DD_KINDS, FAMILIES, dd_choice, headline_pairs  # the study's names (benchmarks/ is on the path)
-
     p = preset
     systems = by_system(results)
     dd_sel = dd_choice(work, records)
@@ -204,8 +186,6 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
 
 
 def _rel(path: Path) -> str:
-    from fidelity import REPO
-
     try:
         return str(Path(path).resolve().relative_to(REPO))
     except ValueError:
@@ -217,8 +197,6 @@ def _plot_depth(systems, p, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from fidelity import FAMILIES
 
     fig, axes = plt.subplots(1, len(METRICS), figsize=(4.6 * len(METRICS), 3.6))
     for ax, (key, label, _) in zip(axes, METRICS):

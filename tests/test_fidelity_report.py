@@ -20,7 +20,8 @@ def _run(system, seed, bleu, **extra):
 
 
 def test_verdict_calls_a_difference_only_beyond_both_spreads():
-    from fidelity_report import stat, verdict
+    from fidelity_plan import stat
+    from fidelity_report import verdict
 
     a = [_run("a", 1, 14.0), _run("a", 2, 15.0)]
     b = [_run("b", 1, 12.0), _run("b", 2, 12.5)]
@@ -35,13 +36,13 @@ def test_verdict_calls_a_difference_only_beyond_both_spreads():
 
 
 def test_report_tables_have_mean_and_spread_per_system_and_every_command(tmp_path, monkeypatch):
-    import fidelity
+    import fidelity_plan as plan
     import fidelity_report
 
     monkeypatch.setattr(fidelity_report, "FINDINGS", tmp_path / "none.md")
-    p = fidelity.PRESETS["cpu"]
+    p = plan.PRESETS["cpu"]
     results = {}
-    for fam in fidelity.FAMILIES:
+    for fam in plan.FAMILIES:
         for n in p.depths:
             for seed in (1, 2):
                 r = _run(f"{fam}-{n}", seed, 10.0 + seed + n / 6)
@@ -49,7 +50,7 @@ def test_report_tables_have_mean_and_spread_per_system_and_every_command(tmp_pat
     results["postnorm-24-s2"].update(diverged=True, returncode=1)
     del results["postnorm-24-s2"]["bleu"]
     for seed in (1, 2):
-        for kind in fidelity.DD_KINDS:
+        for kind in plan.DD_KINDS:
             r = _run(f"dd-{kind}-6-12", seed, 9.0 + seed, unk_gap=0.5 * seed)
             results[r["name"]] = r
     (tmp_path / "dd-depth.json").write_text(json.dumps({"depth": 12, "why": "12 layers: lower BLEU"}))
@@ -70,6 +71,7 @@ def test_tiny_study_runs_every_comparison_with_two_seeds_and_resumes(tmp_path):
     SKD from the averaged teacher, extracted and scratch students), two-stage skipping; then a
     re-run recomputes nothing. Before it, a run whose deadline has passed starts nothing."""
     import fidelity
+    import fidelity_plan as plan
 
     work, report = tmp_path / "work", tmp_path / "fidelity.md"
     args = ["--preset", "tiny", "--work-dir", str(work), "--report", str(report), "--jobs", "2"]
@@ -77,18 +79,18 @@ def test_tiny_study_runs_every_comparison_with_two_seeds_and_resumes(tmp_path):
     assert fidelity.main(args + ["--deadline-minutes", "0"]) == 3
     assert not list(work.glob("runs/*/done.json")) and report.exists() and not (work / "dd-depth.json").exists()
     assert fidelity.main(args) == 0
-    p = fidelity.PRESETS["tiny"]
+    p = plan.PRESETS["tiny"]
     done = {d.parent.name: json.loads(d.read_text()) for d in (work / "runs").glob("*/done.json")}
     dec = json.loads((work / "dd-depth.json").read_text())["depth"]
     systems = [f"{fam}-{n}" for fam in p.families for n in p.depths]
-    systems += [f"dd-{k}-{p.dd_encoder}-{dec}" for k in fidelity.DD_KINDS] + [f"dd-plain-{p.dd_encoder}-{p.dd_depths[0]}"]
+    systems += [f"dd-{k}-{p.dd_encoder}-{dec}" for k in plan.DD_KINDS] + [f"dd-plain-{p.dd_encoder}-{p.dd_depths[0]}"]
     systems += [f"gpkd-teacher-{p.teacher_layers}", f"gpkd-student-{p.depths[0]}", f"skd-only-{p.depths[0]}"]
     systems += [f"ssl-stage2-{k}-{p.ssl_layers}" for k in ("skip", "plain")]
     for system in systems:
         for seed in (1, 2):
             r = done[f"{system}-s{seed}"]
             assert not r["diverged"] and {"valid_nll", "bleu", "train_bleu"} <= set(r), r
-    assert all("unk_gap" in done[f"dd-{k}-{p.dd_encoder}-{dec}-s1"] for k in fidelity.DD_KINDS)
+    assert all("unk_gap" in done[f"dd-{k}-{p.dd_encoder}-{dec}-s1"] for k in plan.DD_KINDS)
     assert {f"dd-plain-{p.dd_encoder}-{d}-s1" for d in p.dd_depths} <= set(done)
     # GPKD: the student starts from one layer per group of the *averaged* GP teacher of seed 1
     skd_log = (work / "skd.log").read_text()
@@ -127,19 +129,20 @@ def test_a_fresh_clone_reuses_the_records_and_rebuilds_only_what_a_lost_run_need
     (deterministically: it reproduces its record).  The skipping study at tiny size: stage 1, then
     stage 2 with 2 seeds, with and without skipping."""
     import fidelity
+    import fidelity_plan as plan
 
-    p = fidelity.PRESETS["tiny"]
+    p = plan.PRESETS["tiny"]
     work, records = tmp_path / "work", tmp_path / "records"
     first = ["--preset", "tiny", "--work-dir", str(work), "--report", str(tmp_path / "first.md"), "--only", "ssl",
              "--records", str(records)]
     assert fidelity.main(first) == 0
-    done = fidelity.finished(work)
-    assert len(done) == 5 and fidelity.finished(work, records) == done
+    done = plan.finished(work)
+    assert len(done) == 5 and plan.finished(work, records) == done
     fresh = tmp_path / "fresh"
     again = ["--preset", "tiny", "--work-dir", str(fresh), "--report", str(tmp_path / "again.md"), "--only", "ssl",
              "--records", str(records)]
     assert fidelity.main(again) == 0
-    assert not list(fresh.glob("runs/*")) and fidelity.finished(fresh, records) == done
+    assert not list(fresh.glob("runs/*")) and plan.finished(fresh, records) == done
     strip = lambda path: [line for line in path.read_text().splitlines() if not line.startswith("Generated by")]
     assert strip(tmp_path / "again.md") == strip(tmp_path / "first.md")
     stage2 = f"ssl-stage2-skip-{p.ssl_layers}-s2"
@@ -150,7 +153,7 @@ def test_a_fresh_clone_reuses_the_records_and_rebuilds_only_what_a_lost_run_need
     assert not list(records.glob("*.rebuilt.json"))  # nothing differed from its record
     for n in rebuilt:
         r = json.loads((records / f"{n}.json").read_text())
-        assert {k: r.get(k) for k in fidelity.REPRODUCED} == {k: done[n].get(k) for k in fidelity.REPRODUCED}, n
+        assert {k: r.get(k) for k in plan.REPRODUCED} == {k: done[n].get(k) for k in plan.REPRODUCED}, n
 
 
 def test_a_work_dir_of_other_settings_is_refused(tmp_path, monkeypatch):
@@ -158,82 +161,12 @@ def test_a_work_dir_of_other_settings_is_refused(tmp_path, monkeypatch):
     import dataclasses
 
     import fidelity
+    import fidelity_plan as plan
 
     (tmp_path / "preset.json").write_text(json.dumps(dataclasses.asdict(
-        dataclasses.replace(fidelity.PRESETS["tiny"], lr=0.5)), default=list))
+        dataclasses.replace(plan.PRESETS["tiny"], lr=0.5)), default=list))
     with pytest.raises(SystemExit, match="other settings.*'lr': \\(0.5, 0.001\\)"):
         fidelity.main(["--preset", "tiny", "--work-dir", str(tmp_path), "--report-only"])
-
-
-@pytest.mark.parametrize("fork", [True, False])
-def test_launcher_runs_the_command_with_its_argv_environment_and_exit_code(tmp_path, fork):
-    """The study's commands run forked from a pre-imported interpreter (or as subprocesses) with
-    exactly their argv and environment; output is appended, the exit code returned."""
-    import os
-    import sys
-
-    import fidelity
-
-    script = tmp_path / "probe.py"
-    script.write_text("import os, sys, torch\n"
-                      "print(sys.argv[1:], os.environ['PROBE'], torch.get_num_threads(), flush=True)\n"
-                      "print('to stderr', file=sys.stderr)\n"
-                      "sys.exit(int(sys.argv[1]))\n")
-    launcher = fidelity.Launcher(dict(os.environ, PROBE="seen", OMP_NUM_THREADS="1"), threads=1, fork=fork)
-    assert launcher.fork == fork
-    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
-    out.write_text("earlier\n")
-    assert launcher.run([sys.executable, script, "3", "a b"], out, err) == 3
-    assert launcher.run([sys.executable, script, "0", "c"], out, err) == 0
-    assert out.read_text() == "earlier\n['3', 'a b'] seen 1\n['0', 'c'] seen 1\n"
-    assert err.read_text() == "to stderr\nto stderr\n"
-    # a console script by its entry point, as fairseq-train is run
-    assert launcher.run([fidelity.exe("deepnmt-extract-student"), "--help"], out) == 0
-    assert "--encoder-group-size" in out.read_text()
-    assert "PROBE" not in os.environ  # the study's own environment is left as it was
-
-
-def test_a_command_started_while_another_ends_does_not_steal_its_exit_code(tmp_path, monkeypatch):
-    """Two study threads: one waits for its command to end while the other starts one.  A
-    forkserver child's exit status is read once from a pipe, and ``Process.start()`` reads it for
-    every finished child; unguarded, the two reads raced and the loser reported exit code 255 for
-    a run that had succeeded (the tiny study lost a finished run under load).  The patched read
-    holds both readers at a barrier and lets the second in read first, so the race, when it can
-    happen, always has a loser."""
-    import os
-    import sys
-    import threading
-    import time
-    from multiprocessing import forkserver
-
-    import fidelity
-
-    script = tmp_path / "exit.py"
-    script.write_text("import sys\nsys.exit(int(sys.argv[1]))\n")
-    read_signed, barrier = forkserver.read_signed, threading.Barrier(2, timeout=3)
-    waiting = threading.Event()
-
-    def racing_read(fd):
-        if sys._getframe(1).f_code.co_name == "poll":  # an exit status (the first read is the pid)
-            waiting.set()
-            try:
-                if barrier.wait() == 0:
-                    time.sleep(0.3)
-            except threading.BrokenBarrierError:  # alone at the barrier: no race to lose
-                pass
-        return read_signed(fd)
-
-    monkeypatch.setattr(forkserver, "read_signed", racing_read)
-    launcher = fidelity.Launcher(dict(os.environ), threads=1)
-    assert launcher.fork
-    codes = {}
-    first = threading.Thread(target=lambda: codes.setdefault(
-        "first", launcher.run([sys.executable, script, "0"], tmp_path / "first.txt")))
-    first.start()
-    assert waiting.wait(60)  # the first command has ended and its exit status is being read
-    codes["second"] = launcher.run([sys.executable, script, "4"], tmp_path / "second.txt")
-    first.join()
-    assert codes == {"first": 0, "second": 4}
 
 
 def test_post_norm_runs_use_the_presets_post_norm_schedule(tmp_path):
@@ -241,14 +174,15 @@ def test_post_norm_runs_use_the_presets_post_norm_schedule(tmp_path):
     (tuned at 6-3, benchmarks/fidelity_findings.md); every other run at the shared ones."""
     import shlex
 
-    import fidelity
+    import fidelity_plan as plan
+    import fidelity_runner as runner
 
-    p = fidelity.PRESETS["cpu"]
+    p = plan.PRESETS["cpu"]
     assert p.postnorm_lr is not None and p.postnorm_lr != p.lr
-    study = fidelity.Study(p, tmp_path, tmp_path / "bin", tmp_path / "tok", fork=False)
+    study = runner.Study(p, tmp_path, tmp_path / "bin", tmp_path / "tok", fork=False)
     seen = set()
-    for r in fidelity.depth_runs(p, [1]):
-        cmd = shlex.split(fidelity._portable(study.train_command(r)))
+    for r in plan.depth_runs(p, [1]):
+        cmd = shlex.split(runner._portable(study.train_command(r)))
         lr, warmup = float(cmd[cmd.index("--lr") + 1]), int(cmd[cmd.index("--warmup-updates") + 1])
         post = "--post-norm" in cmd
         assert (lr, warmup) == ((p.postnorm_lr, p.postnorm_warmup) if post else (p.lr, p.warmup)), r.name
@@ -300,25 +234,26 @@ def test_a_headline_difference_under_1_bleu_gets_a_third_seed(tmp_path, monkeypa
     skipping comparison, both of its systems get seed 3, trained as seeds 1-2 were (stage 2 from
     stage 1's best checkpoint); a difference of 1 BLEU or more gets none. The third seed is in the
     plan, and the report's call says it waits for it until it has run."""
-    import fidelity
+    import fidelity_plan as plan
+    import fidelity_runner as runner
     import fidelity_report
 
     monkeypatch.setattr(fidelity_report, "FINDINGS", tmp_path / "none.md")
-    p = fidelity.PRESETS["cpu"]
+    p = plan.PRESETS["cpu"]
     skip, plain = f"ssl-stage2-skip-{p.ssl_layers}", f"ssl-stage2-plain-{p.ssl_layers}"
     # seeds 1, 2: plain 17.0 / 18.0, skipping + skip_gain; a third seed moves skipping up by 1
     bleus = {plain: 17.0, skip: 17.0 + skip_gain}
     study = _RecordingStudy(tmp_path, lambda r: bleus.get(r.system, 15.0) + (r.seed - 1) % 2 + (r.seed == 3) * (
         r.system == skip))
-    fidelity.run_study(study, p, ["ssl"], [1, 2], jobs=2)
+    runner.run_study(study, p, ["ssl"], [1, 2], jobs=2)
     extra = {f"{skip}-s3", f"{plain}-s3"}
     assert set(study.trained) == {f"ssl-stage1-{p.ssl_layers}-s1", f"{skip}-s1", f"{skip}-s2", f"{plain}-s1",
                                   f"{plain}-s2"} | (extra if third else set())
     if third:
         s3, s1 = study.runs[f"{skip}-s3"], study.runs[f"{skip}-s1"]
         assert (s3.model, s3.init, s3.updates) == (s1.model, s1.init, s1.updates) and s3.seed == 3
-    results = fidelity.finished(tmp_path)
-    assert extra <= set(fidelity.planned(p, [1, 2], None, results)) or not third
+    results = plan.finished(tmp_path)
+    assert extra <= set(plan.planned(p, [1, 2], None, results)) or not third
     # before the third seed the call waits for it; after it, it is an ordinary call
     two = {n: r for n, r in results.items() if not n.endswith("-s3")}
     for res, waits in ((two, third), (results, False)):
@@ -335,8 +270,9 @@ def test_a_work_dir_from_before_a_new_setting_is_reused(tmp_path):
     import dataclasses
 
     import fidelity
+    import fidelity_plan as plan
 
-    old = dataclasses.asdict(fidelity.PRESETS["cpu"])
+    old = dataclasses.asdict(plan.PRESETS["cpu"])
     assert old.pop("close_bleu") == 1.0  # the default
     (tmp_path / "preset.json").write_text(json.dumps(old, default=list))
     assert fidelity.main(["--preset", "cpu", "--work-dir", str(tmp_path), "--report-only",
@@ -351,16 +287,17 @@ def test_a_close_teacher_gets_its_third_seed_and_only_seed_1_distils(tmp_path):
     """GPKD: the teacher is trained with every seed; seed 1's makes the SKD data and the student
     initialisation. A teacher less than 1 BLEU from the baseline gets a third seed, and so does the
     baseline; the students, far from both, get none."""
-    import fidelity
+    import fidelity_plan as plan
+    import fidelity_runner as runner
 
-    p = fidelity.PRESETS["cpu"]
+    p = plan.PRESETS["cpu"]
     (tmp_path / "skd-bin").mkdir()
     (tmp_path / "skd-bin" / ".done").write_text("")
     (tmp_path / "student-init.pt").write_text("")
     level = {f"gpkd-teacher-{p.teacher_layers}": 15.0, f"prenorm-{p.depths[0]}": 15.4,
              f"gpkd-student-{p.depths[0]}": 20.0, f"skd-only-{p.depths[0]}": 10.0}
     study = _RecordingStudy(tmp_path, lambda r: level[r.system] + (r.seed - 1) % 2)
-    fidelity.run_study(study, p, ["gpkd"], [1, 2], jobs=2)
+    runner.run_study(study, p, ["gpkd"], [1, 2], jobs=2)
     third = [n for n in study.trained if n.endswith("-s3")]
     assert sorted(third) == [f"gpkd-teacher-{p.teacher_layers}-s3", f"prenorm-{p.depths[0]}-s3"]
     assert study.trained.count(f"gpkd-teacher-{p.teacher_layers}-s1") == 1
@@ -372,76 +309,42 @@ def test_the_students_rebuild_the_teacher_only_when_they_need_it(tmp_path):
     """A fresh clone has the records of the teacher and the students but not the teacher's
     checkpoint: nothing is rebuilt while every student is recorded; once one is missing, the
     teacher of seed 1 is trained again (its averaged checkpoint makes the SKD data)."""
-    import fidelity
+    import fidelity_plan as plan
+    import fidelity_runner as runner
 
-    p = fidelity.PRESETS["cpu"]
+    p = plan.PRESETS["cpu"]
     study = _RecordingStudy(tmp_path, lambda r: 15.0)
     study.data, study.device = tmp_path / "data-bin", lambda: []
     study.call = lambda cmd, log_file: None  # the SKD data and the student initialisation
-    runs = fidelity.gpkd_student_runs(study, p, [1, 2], jobs=2)
+    runs = runner.gpkd_student_runs(study, p, [1, 2], jobs=2)
     assert study.rebuilt == [f"gpkd-teacher-{p.teacher_layers}-s1"]
     study.run_all(runs, 2)
     study.rebuilt.clear()
-    fidelity.gpkd_student_runs(study, p, [1, 2], jobs=2)
+    runner.gpkd_student_runs(study, p, [1, 2], jobs=2)
     assert study.rebuilt == []
-
-
-@pytest.mark.parametrize("fork", [True, False])
-def test_the_deadline_stops_a_command_with_its_children_and_nothing_new_starts(tmp_path, fork):
-    """--deadline-minutes (machines lent by the 10 minutes): at the deadline the running command
-    and its own children (deepnmt-skd's fairseq-generate shards) are stopped, Deadline is raised,
-    and no command starts after it."""
-    import os
-    import sys
-    import time
-
-    import fidelity
-
-    script = tmp_path / "parent.py"
-    script.write_text("import subprocess, sys, time\n"
-                      "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
-                      "open(sys.argv[1], 'w').write(str(child.pid))\n"
-                      "time.sleep(120)\n")
-    pid_file, out = tmp_path / "child.pid", tmp_path / "out.txt"
-    launcher = fidelity.Launcher(dict(os.environ), threads=1, fork=fork, deadline=time.time() + 3)
-    t0 = time.time()
-    with pytest.raises(fidelity.Deadline):
-        launcher.run([sys.executable, script, pid_file], out)
-    assert time.time() - t0 < 20
-    child = int(pid_file.read_text())
-    for _ in range(50):  # the grandchild got SIGTERM with its group; wait for its parent to reap it
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail(f"the command's child {child} outlived the deadline")
-    with pytest.raises(fidelity.Deadline):  # nothing starts after the deadline
-        launcher.run([sys.executable, "-c", f"open({str(tmp_path / 'late')!r}, 'w')"], out)
-    assert not (tmp_path / "late").exists()
 
 
 def test_the_deep_decoder_depth_waits_for_the_whole_search(tmp_path):
     """A search run that failed without diverging (killed, out of memory) is retried by the next
     run of the study; until then no depth is chosen and no comparison run starts."""
-    import fidelity
+    import fidelity_plan as plan
+    import fidelity_runner as runner
 
-    p = fidelity.PRESETS["cpu"]
-    search = [r.name for r in fidelity.dd_search_runs(p, 1)]
-    level = {f"dd-{k}-{p.dd_encoder}": 10.0 + 2 * i for i, k in enumerate(fidelity.DD_KINDS)}  # none close
+    p = plan.PRESETS["cpu"]
+    search = [r.name for r in plan.dd_search_runs(p, 1)]
+    level = {f"dd-{k}-{p.dd_encoder}": 10.0 + 2 * i for i, k in enumerate(plan.DD_KINDS)}  # none close
     shallow = f"dd-plain-{p.dd_encoder}-{p.dd_depths[0]}"  # 2 BLEU above the deeper plain decoders
     study = _RecordingStudy(tmp_path, lambda r: level[r.system.rsplit("-", 1)[0]] + 2 * (r.system == shallow),
                             fail=search[-1:])
-    fidelity.run_study(study, p, ["deep-decoder"], [1, 2], jobs=2)
+    runner.run_study(study, p, ["deep-decoder"], [1, 2], jobs=2)
     assert sorted(study.trained) == sorted(search[:-1]) and not (tmp_path / "dd-depth.json").exists()
     study.fail = set()
-    fidelity.run_study(study, p, ["deep-decoder"], [1, 2], jobs=2)
+    runner.run_study(study, p, ["deep-decoder"], [1, 2], jobs=2)
     dec = json.loads((tmp_path / "dd-depth.json").read_text())["depth"]
-    compare = {r.name for r in fidelity.dd_compare_runs(p, dec, [1, 2])}
+    compare = {r.name for r in plan.dd_compare_runs(p, dec, [1, 2])}
     assert set(study.trained) == set(search) | compare
     # every kind at the chosen depth, and the shallow plain decoder, with both seeds
-    assert {f"dd-{k}-{p.dd_encoder}-{d}-s{s}" for k, d in [(k, dec) for k in fidelity.DD_KINDS] + [("plain", p.dd_depths[0])]
+    assert {f"dd-{k}-{p.dd_encoder}-{d}-s{s}" for k, d in [(k, dec) for k in plan.DD_KINDS] + [("plain", p.dd_depths[0])]
             for s in (1, 2)} == compare
 
 
@@ -450,11 +353,12 @@ def test_a_run_being_trained_by_another_study_command_is_skipped(tmp_path):
     train the same run at once: the second skips it, records nothing, and trains it once free."""
     import fcntl
 
-    import fidelity
+    import fidelity_plan as plan
+    import fidelity_runner as runner
 
-    p = fidelity.PRESETS["tiny"]
-    study = fidelity.Study(p, tmp_path, tmp_path / "no-data", tmp_path / "tok", fork=False)
-    run = fidelity.baseline(p, [1])[0]
+    p = plan.PRESETS["tiny"]
+    study = runner.Study(p, tmp_path, tmp_path / "no-data", tmp_path / "tok", fork=False)
+    run = plan.baseline(p, [1])[0]
     study.dir(run.name).mkdir(parents=True)
     with open(study.dir(run.name) / ".lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -463,24 +367,6 @@ def test_a_run_being_trained_by_another_study_command_is_skipped(tmp_path):
     assert not (study.dir(run.name) / "train.log").exists()  # nothing was started
     out = study.train(run)  # the lock is free: it trains (and fails here: there is no data)
     assert out["returncode"] not in (None, 0) and (study.dir(run.name) / "train.log").exists()
-
-
-def test_the_deadline_reaches_a_command_stopped_before_it_had_its_own_process_group():
-    """A forked command calls os.setsid() first thing; a deadline in the instant before that finds
-    no process group of that id, and the command itself is stopped instead."""
-    import subprocess
-    import sys
-
-    import fidelity
-
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # in our own group
-    try:
-        with pytest.raises(fidelity.Deadline):
-            fidelity.Launcher._stop(proc.pid, proc.wait)
-        assert proc.poll() is not None
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_lease_script_reports_updates_and_pauses_a_run_by_its_log(tmp_path):
@@ -526,12 +412,13 @@ def test_prepare_only_builds_the_data_and_trains_nothing(tmp_path):
     """``--prepare-only`` (what fidelity_lease.sh pack carries to a machine without network): the
     binarized splits and the training sample, no run and no report."""
     import fidelity
+    import fidelity_plan as plan
 
     work, report = tmp_path / "work", tmp_path / "fidelity.md"
     assert fidelity.main(["--preset", "tiny", "--work-dir", str(work), "--report", str(report), "--prepare-only"]) == 0
     for split in ("train", "valid", "test", "trainsample"):
         assert (work / "data-bin" / f"{split}.en-de.de.bin").stat().st_size > 0, split
-    assert len((work / "tok" / "trainsample.raw.de").read_text().splitlines()) == fidelity.PRESETS["tiny"].train_sample
+    assert len((work / "tok" / "trainsample.raw.de").read_text().splitlines()) == plan.PRESETS["tiny"].train_sample
     assert not (work / "runs").exists() and not report.exists()
 
 
@@ -539,17 +426,17 @@ def test_only_the_committed_presets_write_into_the_repository_by_default(tmp_pat
     """`--preset cpu` and `--preset gpu` keep their records and reports apart (the GPU report
     must not overwrite docs/fidelity.md, the CPU one); a tiny or --work-dir study keeps both in
     its work directory, so that trying the pipeline never overwrites the committed evidence."""
-    import fidelity
+    import fidelity_plan as plan
 
-    repo = fidelity.REPO
-    cpu, gpu = fidelity.outputs("cpu", None, None, None), fidelity.outputs("gpu", None, None, None)
+    repo = plan.REPO
+    cpu, gpu = plan.outputs("cpu", None, None, None), plan.outputs("gpu", None, None, None)
     assert cpu[1:] == (repo / "benchmarks/results/fidelity/cpu", repo / "docs/fidelity.md")
     assert gpu[1:] == (repo / "benchmarks/results/fidelity/gpu", repo / "docs/fidelity-gpu.md")
-    work, records, report = fidelity.outputs("tiny", None, None, None)
+    work, records, report = plan.outputs("tiny", None, None, None)
     assert work == repo / "work/fidelity/tiny" and records == work / "records" and report == work / "report.md"
-    work, records, report = fidelity.outputs("cpu", str(tmp_path), None, None)
+    work, records, report = plan.outputs("cpu", str(tmp_path), None, None)
     assert (work, records, report) == (tmp_path, tmp_path / "records", tmp_path / "report.md")
-    assert fidelity.outputs("cpu", str(tmp_path), "r", "x.md")[1:] == (Path("r").resolve(), Path("x.md").resolve())
+    assert plan.outputs("cpu", str(tmp_path), "r", "x.md")[1:] == (Path("r").resolve(), Path("x.md").resolve())
 
 
 def test_train_seconds_of_a_stopped_and_resumed_run_counts_every_segment(tmp_path):
@@ -557,13 +444,15 @@ def test_train_seconds_of_a_stopped_and_resumed_run_counts_every_segment(tmp_pat
     segments, not only of the last."""
     import time
 
-    import fidelity
+    import fidelity_launcher as launcher_mod
+    import fidelity_plan as plan
+    import fidelity_runner as runner
 
-    p = fidelity.PRESETS["tiny"]
-    study = fidelity.Study(p, tmp_path, tmp_path / "no-data", tmp_path / "tok", fork=False)
+    p = plan.PRESETS["tiny"]
+    study = runner.Study(p, tmp_path, tmp_path / "no-data", tmp_path / "tok", fork=False)
     study.evaluate = lambda *a, **k: {}
-    run = fidelity.baseline(p, [1])[0]
-    segments = iter([fidelity.Deadline(), 0])
+    run = plan.baseline(p, [1])[0]
+    segments = iter([launcher_mod.Deadline(), 0])
 
     def segment(cmd, out, err=None):
         time.sleep(0.3)
@@ -573,7 +462,7 @@ def test_train_seconds_of_a_stopped_and_resumed_run_counts_every_segment(tmp_pat
         return step
 
     study.launch.run = segment
-    with pytest.raises(fidelity.Deadline):
+    with pytest.raises(launcher_mod.Deadline):
         study.train(run)
     assert not (study.dir(run.name) / ".trained").exists()
     out = study.train(run)
@@ -581,7 +470,7 @@ def test_train_seconds_of_a_stopped_and_resumed_run_counts_every_segment(tmp_pat
 
 
 def test_the_findings_live_in_the_cpu_report_and_the_gpu_report_points_to_them(tmp_path, monkeypatch):
-    import fidelity
+    import fidelity_plan as plan
     import fidelity_report
 
     findings = tmp_path / "findings.md"
@@ -592,7 +481,7 @@ def test_the_findings_live_in_the_cpu_report_and_the_gpu_report_points_to_them(t
     for preset in ("cpu", "gpu", "tiny"):
         report = tmp_path / preset / "fidelity.md"
         report.parent.mkdir()
-        fidelity_report.write_report(results, fidelity.PRESETS[preset], report, tmp_path)
+        fidelity_report.write_report(results, plan.PRESETS[preset], report, tmp_path)
         text[preset] = report.read_text()
     assert "the measured story" in text["cpu"] and "[docs/fidelity.md](fidelity.md#findings)" not in text["cpu"]
     assert "the measured story" not in text["gpu"] and "[docs/fidelity.md](fidelity.md#findings)" in text["gpu"]

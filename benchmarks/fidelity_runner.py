@@ -1,0 +1,405 @@
+"""The evidence study's runner (benchmarks/fidelity.py): the data, the training and evaluation of
+every run (:class:`Study`: resumable, recorded, rebuilt where a later run needs a lost checkpoint),
+the runs that need earlier ones' outputs (SKD data and students, the second stage of the skipping
+study), and the order of the whole study (:func:`run_study`).  Imports the plan
+(fidelity_plan) and the launcher (fidelity_launcher)."""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import json
+import math
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from fidelity_launcher import Launcher
+from fidelity_plan import (REPO, REPRODUCED, Preset, Run, close_systems, choose_dd_depth, dd_compare_runs,
+                           dd_search_runs, finished, headline_pairs, independent_runs, model_flags, record_path,
+                           seeded, ssl_stage1, teacher_run)
+
+# --user-dir of every command: the installed package (found without importing fairseq here)
+USER_DIR = list(importlib.util.find_spec("deepnmt_fairseq").submodule_search_locations)[0]
+# a training that stops on these has diverged (fairseq's overflow/NaN checks, the plugin's NaN guard)
+DIVERGED = ("FloatingPointError", "NaN detected", "non-finite loss", "Minimum loss scale reached")
+
+
+def log(msg):
+    print(f"[fidelity {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def load_quickstart():
+    """scripts/quickstart.py of this checkout (its prepare() builds the binarized corpus)."""
+    if "deepnmt_quickstart" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("deepnmt_quickstart", REPO / "scripts" / "quickstart.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules["deepnmt_quickstart"]
+
+
+class Study:
+    def __init__(self, preset: Preset, work: Path, data: Path, raw: Path, threads: int = 1,
+                 short_first: bool = False, fork: bool = True, deadline: Optional[float] = None,
+                 records: Optional[Path] = None):
+        self.p, self.work, self.data, self.raw, self.records = preset, work, data, raw, records
+        self.short_first = short_first
+        # runs go in parallel (--jobs), each with this many threads: small models use cores
+        # better as separate processes than as intra-op threads
+        self.env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+                        PYTHONUNBUFFERED="1")
+        from deepnmt_fairseq.console import child_env
+
+        self.env = child_env(self.env)
+        self.launch = Launcher(self.env, threads, fork, deadline)
+
+    def dir(self, name: str) -> Path:
+        return self.work / "runs" / name
+
+    def result(self, name: str, work_only: bool = False) -> Optional[dict]:
+        """The finished run's result: its ``done.json`` in the work directory, else its record."""
+        for done in (self.dir(name) / "done.json", None if work_only else record_path(self.records, name)):
+            if done is not None and done.exists():
+                return json.loads(done.read_text())
+        return None
+
+    def _save(self, name: str, out: dict) -> None:
+        """Write the result to the run's ``done.json`` and to its record (never over another record)."""
+        text = json.dumps(out, indent=1) + "\n"
+        (self.dir(name) / "done.json").write_text(text)
+        rec = record_path(self.records, name)
+        if rec is not None:
+            if rec.exists():  # a rebuild: the record stays
+                old, new = json.loads(rec.read_text()), json.loads(text)
+                if all(old.get(k) == new.get(k) for k in REPRODUCED):
+                    log(f"  {name}: the rebuilt run reproduces its record ({', '.join(REPRODUCED)})")
+                    return
+                rec = rec.with_name(f"{name}.rebuilt.json")
+                log(f"  {name}: the rebuilt run DIFFERS from its record; kept as {rec.name}, the record stays")
+            rec.parent.mkdir(parents=True, exist_ok=True)
+            tmp = rec.with_name(rec.name + ".tmp")
+            tmp.write_text(text)
+            tmp.replace(rec)
+
+    def rebuild(self, r: Run) -> dict:
+        """Train a recorded run again in this work directory, for a checkpoint that a later run needs
+        and that only the checkout which trained it had (the teacher of the SKD data, stage 1 of the
+        skipping study).  Training is deterministic (same command, same seed, one thread; resumed runs
+        included: ``resume_same_batches``), so the result should equal the record; one that does not
+        is kept next to it (``<run>.rebuilt.json``) and the record is not overwritten."""
+        log(f"rebuild {r.name}: its checkpoint is needed and only its record is here")
+        return self.train(r, rebuild=True)
+
+    # ---------------------------------------------------------------- training
+    def train_command(self, r: Run) -> List[str]:
+        p = self.p
+        save = self.dir(r.name)
+        updates = r.updates or p.updates
+        post = "--post-norm" in r.model
+        lr = p.postnorm_lr if post and p.postnorm_lr is not None else p.lr
+        warmup = p.postnorm_warmup if post and p.postnorm_warmup is not None else p.warmup
+        from deepnmt_fairseq.console import exe
+
+        cmd = [exe("fairseq-train"), str(r.data or self.data), "--user-dir", USER_DIR, *r.model, *r.crit,
+               "--task", "translation", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
+               "--lr", str(lr), "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(warmup),
+               "--max-tokens", str(p.max_tokens), "--max-update", str(updates), "--seed", str(r.seed),
+               "--save-dir", str(save), "--save-interval-updates", str(p.save_every), "--keep-interval-updates", "3",
+               # fairseq saves no interval checkpoint at an epoch's end (it is an epoch checkpoint
+               # then): keep the newest epoch checkpoint so that the last 3 by update are all there
+               "--keep-last-epochs", "1", "--log-format", "json", "--log-interval", str(max(1, p.save_every // 5)),
+               "--num-workers", "0", "--skip-invalid-size-inputs-valid-test", *p.extra]
+        if "--bf16" not in p.extra and "--fp16" not in p.extra:
+            cmd.append("--cpu")
+        if r.early_stop:
+            cmd += ["--validate-interval-updates", str(p.valid_every), "--patience", str(p.patience),
+                    "--best-checkpoint-metric", "loss"]
+        else:
+            cmd += ["--disable-validation"]
+        if r.init is not None:
+            how, ckpt = r.init
+            cmd += ["--finetune-from-model" if how == "finetune" else "--continue-once", str(ckpt)]
+        return cmd
+
+    def train(self, r: Run, rebuild: bool = False) -> dict:
+        """Train (or resume) the run, average its last 3 checkpoints, evaluate; once."""
+        out = self.result(r.name, work_only=rebuild)
+        if out is not None:
+            return out
+        self.launch.check()
+        save = self.dir(r.name)
+        save.mkdir(parents=True, exist_ok=True)
+        with open(save / ".lock", "w") as lock:
+            try:  # two study commands on one work directory never train the same run at once
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log(f"  {r.name}: being trained by another study command; skipped here")
+                return {"name": r.name, "system": r.system, "seed": r.seed, "diverged": True, "returncode": None}
+            return self._train(r, save, rebuild)  # the lock is released when the file closes
+
+    def _train(self, r: Run, save: Path, rebuild: bool = False) -> dict:
+        out = self.result(r.name, work_only=rebuild)  # finished by the command that held the lock
+        if out is not None:
+            return out
+        cmd = self.train_command(r)
+        t0 = time.time()
+        if not (save / ".trained").exists():
+            log(f"train {r.name}")
+            try:
+                code = self.launch.run(cmd, save / "train.log")
+            finally:  # train_seconds is the wall time of every segment of a stopped and resumed run
+                seconds = _add_seconds(save / ".elapsed", time.time() - t0)
+            if code != 0:
+                out = {"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd),
+                       "returncode": code, "diverged": True, "losses": self.losses(save)}
+                text = (save / "train.log").read_text(errors="replace")
+                log(f"  {r.name} FAILED (exit {code}): " + " / ".join(text.splitlines()[-3:]))
+                if any(sign in text for sign in DIVERGED):  # deterministic: recorded, not retried
+                    self._save(r.name, out)
+                return out  # any other failure (killed, out of memory) is retried by a re-run
+            (save / ".trained").write_text(f"{seconds:.1f}\n")
+        losses = self.losses(save)
+        out = {"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd), "returncode": 0,
+               "train_seconds": float((save / ".trained").read_text()), "losses": losses,
+               # mean of the last five logged intervals
+               "final_train_loss": round(statistics.fmean(v for _, v in losses[-5:]), 3) if losses else math.nan,
+               "diverged": not losses or not math.isfinite(losses[-1][1])}
+        if not out["diverged"]:
+            avg = save / "checkpoint_avg.pt"  # the last 3 checkpoints averaged (by fidelity_eval.py)
+            out.update(self.evaluate(avg, r.unk_gap, average_dir=save))
+            out["checkpoint"] = str(avg.relative_to(self.work))
+        if r.early_stop:
+            out["best_update"] = self.updates_of(save / "checkpoint_best.pt")
+            out["stopped_at"] = self.updates_of(save / "checkpoint_last.pt")
+        self._save(r.name, out)
+        log(f"  {r.name}: " + json.dumps({k: out.get(k) for k in ("final_train_loss", "valid_nll", "bleu",
+                                                                   "train_bleu", "unk_gap", "train_seconds")}))
+        return out
+
+    @staticmethod
+    def losses(save: Path) -> List[Tuple[int, float]]:
+        """(update, train loss) of every logged interval of the run (fairseq --log-format json)."""
+        from deepnmt_fairseq.analysis.logs import read_json_log, series
+
+        log_file = save / "train.log"
+        return series(read_json_log(str(log_file)), "loss") if log_file.exists() else []
+
+    @staticmethod
+    def updates_of(ckpt: Path) -> Optional[int]:
+        from deepnmt_fairseq.checkpoint_safety import load_checkpoint
+
+        if not ckpt.exists():
+            return None
+        state = load_checkpoint(str(ckpt))
+        return int(state["optimizer_history"][-1]["num_updates"])
+
+    # ---------------------------------------------------------------- evaluation
+    def eval_command(self, ckpt: Path, unk_gap: bool, average_dir: Optional[Path] = None) -> List[str]:
+        cmd = [sys.executable, str(Path(__file__).with_name("fidelity_eval.py")), "--data", str(self.data),
+               "--raw", str(self.raw), "--checkpoint", str(ckpt), *self.device()]
+        if average_dir is not None:
+            cmd += ["--average-dir", str(average_dir)]
+        return cmd + (["--unk-gap"] if unk_gap else [])
+
+    def evaluate(self, ckpt: Path, unk_gap: bool = False, average_dir: Optional[Path] = None) -> dict:
+        """valid NLL, test BLEU, train-sample BLEU (and the UNK-source gap): fidelity_eval.py."""
+        cmd = self.eval_command(ckpt, unk_gap, average_dir)
+        stdout, stderr = ckpt.parent / "eval.out", ckpt.parent / "eval.log"
+        stdout.unlink(missing_ok=True)
+        if self.launch.run(cmd, stdout, stderr) != 0:
+            raise RuntimeError(f"evaluation of {ckpt} failed:\n{stderr.read_text(errors='replace')[-3000:]}")
+        out = json.loads(stdout.read_text().strip().splitlines()[-1])
+        out["eval_command"] = _portable(cmd)
+        return out
+
+    def call(self, cmd: Sequence, log_file: Path) -> None:
+        """A command that must succeed (its output appended to ``log_file``); ``cmd[0]``: a console
+        script of this environment by name."""
+        from deepnmt_fairseq.console import exe
+
+        cmd = [exe(str(cmd[0])), *cmd[1:]]
+        if self.launch.run(cmd, log_file) != 0:
+            text = log_file.read_text(errors="replace")
+            raise RuntimeError(f"{_portable([str(c) for c in cmd])} failed:\n{text[-3000:]}")
+
+    def device(self) -> List[str]:
+        return [] if ("--bf16" in self.p.extra or "--fp16" in self.p.extra) else ["--cpu"]
+
+    # ---------------------------------------------------------------- scheduling
+    def run_all(self, runs: Sequence[Run], jobs: int) -> Dict[str, dict]:
+        runs = list({r.name: r for r in runs}.values())
+        # longest first (the shortest makespan), or shortest first (--order short-first: the most
+        # finished comparisons when the study is stopped early and resumed later)
+        runs.sort(key=lambda r: _cost(r, self.p) * (1 if self.short_first else -1))
+        with ThreadPoolExecutor(jobs) as pool:
+            return dict(zip([r.name for r in runs], pool.map(self.train, runs)))
+
+
+def _cost(r: Run, p: Preset) -> float:
+    """The run's relative training time (for the order of the runs): layers times updates."""
+    from deepnmt_fairseq.memories.msc import encoder_layers_of
+
+    flags = dict(zip(r.model[:-1], r.model[1:]))  # a flag given twice: the last wins, as in fairseq
+    dec = int(flags.get("--decoder-layers", 0))
+    enc = int(flags.get("--encoder-layers", 0)) or encoder_layers_of(flags.get("--msc-block-layers"), dec) or 0
+    return (enc + 1.5 * dec + 2) * (r.updates or p.updates) * (2.5 if "collapse_reducing" in r.crit else 1.0)
+
+
+def _portable(cmd: Sequence[str]) -> str:
+    """The command as a user of a fresh clone would type it (repository-relative paths,
+    console scripts by name, the plugin as $(deepnmt-user-dir))."""
+    words = [str(w) for w in cmd]
+    if words:
+        words[0] = Path(words[0]).name
+    words = ["$(deepnmt-user-dir)" if w == USER_DIR else w for w in words]
+    return " ".join(w if w.startswith("$(") else shlex.quote(w.replace(str(REPO) + "/", "")) for w in words)
+
+
+def gpkd_student_runs(study: Study, p: Preset, seeds, jobs: int) -> List[Run]:
+    """SKD data from the averaged teacher (Sec. 3.2), then the students."""
+    teacher = study.dir(teacher_run(p).name)
+    avg = teacher / "checkpoint_avg.pt"
+    skd = study.work / "skd-bin"
+    h = p.teacher_layers // p.depths[0]
+    student = study.work / "student-init.pt"
+    shape = model_flags(p, p.depths[0], p.decoder_layers)
+    runs = (seeded(f"gpkd-student-{p.depths[0]}", seeds, model=shape, data=skd, init=("finetune", student))
+            + seeded(f"skd-only-{p.depths[0]}", seeds, model=shape, data=skd))
+    if all(study.result(r.name) is not None for r in runs):
+        return runs  # all finished (here or in the records): nothing to build
+    if not ((skd / ".done").exists() and student.exists()) and not avg.exists():
+        study.rebuild(teacher_run(p))
+    if not (skd / ".done").exists():
+        log("SKD data: the averaged teacher translates the training set")
+        study.call(["deepnmt-skd", "--data", study.data, "--teacher", avg, "--output", skd,
+                    "--batch-size", "128", "--shards", str(jobs), *study.device()], study.work / "skd.log")
+    if not student.exists():  # one layer per group of h (Eq. 4), h = the teacher's GP group size
+        study.call(["deepnmt-extract-student", "--teacher", avg, "--encoder-group-size", str(h),
+                    "--output", student], study.work / "extract-student.log")
+    return runs
+
+
+def ssl_stage2_runs(study: Study, p: Preset, seeds) -> List[Run]:
+    """Stage 2 continues stage 1's best checkpoint (weights, Adam state, schedule, update count)."""
+    s1 = study.dir(ssl_stage1(p).name)
+    best = s1 / "checkpoint_best.pt"
+    # the best update as recorded (its checkpoint may be in another checkout's work directory)
+    start = (study.result(ssl_stage1(p).name) or {}).get("best_update") or study.updates_of(best)
+    total = start + int(p.updates * p.stage2_factor)
+    model = model_flags(p, p.ssl_layers, p.decoder_layers)
+    init = ("continue", best)
+    runs = (seeded(f"ssl-stage2-skip-{p.ssl_layers}", seeds, model=model + ["--ssl-rate", "0.4"], updates=total,
+                   init=init)
+            + seeded(f"ssl-stage2-plain-{p.ssl_layers}", seeds, model=model, updates=total, init=init))
+    if not best.exists() and any(study.result(r.name) is None for r in runs):
+        study.rebuild(ssl_stage1(p))
+    return runs
+
+
+# --------------------------------------------------------------------------------- data
+def prepare(p: Preset, work: Path) -> Tuple[Path, Path]:
+    """The binarized corpus (quickstart's tokenization and BPE) plus the ``trainsample`` split:
+    the first ``train_sample`` training pairs, binarized with the same dictionary."""
+    from deepnmt_fairseq.console import exe
+
+    qs = load_quickstart()
+    corpus = Path(p.corpus) if p.corpus else qs.DATA
+    if not corpus.is_absolute():
+        corpus = REPO / corpus
+    if not corpus.exists():
+        raise SystemExit(f"corpus {corpus} not found (preset {p.name}); build it with "
+                         "python scripts/build_evidence_corpus.py")
+    if p.subset:
+        corpus = _subset(corpus, work / "corpus", *p.subset)
+    data = qs.prepare(work, p.bpe, data=corpus)
+    tok = work / "tok"
+    if not (data / "trainsample.en-de.de.bin").exists():
+        for lang in ("en", "de"):
+            for kind in ("bpe", "raw"):
+                lines = (tok / f"train.{kind}.{lang}").read_text(encoding="utf-8").splitlines()[:p.train_sample]
+                (tok / f"trainsample.{kind}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        tmp = work / "trainsample-bin"
+        shutil.rmtree(tmp, ignore_errors=True)
+        subprocess.run([exe("fairseq-preprocess"), "--source-lang", "en", "--target-lang", "de", "--testpref",
+                        str(tok / "trainsample.bpe"), "--destdir", str(tmp), "--srcdict", str(data / "dict.en.txt"),
+                        "--tgtdict", str(data / "dict.de.txt"), "--workers", "1"], check=True, capture_output=True)
+        for f in tmp.glob("test.en-de.*"):
+            shutil.copy(f, data / f.name.replace("test.", "trainsample.", 1))
+        shutil.rmtree(tmp)
+    return data, tok
+
+
+def _subset(corpus: Path, out: Path, train: int, held_out: int) -> Path:
+    """The first lines of every split (the tiny preset)."""
+    import gzip
+
+    if not (out / ".done").exists():
+        out.mkdir(parents=True, exist_ok=True)
+        for split in ("train", "valid", "test"):
+            for lang in ("en", "de"):
+                with gzip.open(corpus / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+                    lines = [next(f) for _ in range(train if split == "train" else held_out)]
+                with gzip.open(out / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+                    f.writelines(lines)
+        (out / ".done").write_text("")
+    return out
+
+
+def _add_seconds(path: Path, seconds: float) -> float:
+    """Adds ``seconds`` to the total kept in ``path``; returns the new total."""
+    total = (float(path.read_text()) if path.exists() else 0.0) + seconds
+    path.write_text(f"{total:.1f}\n")
+    return total
+
+
+def run_study(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int], jobs: int) -> None:
+    # phase 1: everything that depends on nothing
+    results = study.run_all(independent_runs(p, only, seeds), jobs)
+    # phase 2: what depends on phase 1
+    dec = None
+    if "deep-decoder" in only:
+        missing = [r.name for r in dd_search_runs(p, seeds[0]) if study.result(r.name) is None]
+        if missing:  # failed, not diverged: a re-run retries it; the depth is chosen from the whole search
+            log(f"deep decoder: the search is incomplete ({', '.join(missing)}), so no depth is chosen yet")
+            only = [s for s in only if s != "deep-decoder"]
+        else:
+            dec, why = choose_dd_depth(p, results, seeds[0])
+            for d in {study.work, study.records} - {None}:
+                d.mkdir(parents=True, exist_ok=True)
+                (d / "dd-depth.json").write_text(json.dumps({"depth": dec, "why": why}) + "\n")
+            log(f"deep decoder: {why}")
+    study.run_all(dependent_runs(study, p, only, seeds, results, dec, jobs), jobs)
+    # phase 3: a third seed of both systems of every close headline comparison (issue 16)
+    close, seed = close_systems(p, finished(study.work, study.records), dec), [max(seeds) + 1]
+    # only the studies with a close comparison (a dependent run may need a checkpoint rebuilt)
+    pairs = headline_pairs(p, dec)
+    only = [s for s in only if any(n in close for pair in pairs[s] for n in pair)]
+    third = [r for r in independent_runs(p, only, seed) + dependent_runs(study, p, only, seed, results, dec, jobs)
+             if r.system in close and r.seed == seed[0]]  # (teacher_runs and ssl_stage1 add seed 1)
+    if third:
+        log(f"a third seed (under {p.close_bleu} BLEU apart): {', '.join(r.name for r in third)}")
+        study.run_all(third, jobs)
+
+
+def dependent_runs(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int], results: Dict[str, dict],
+                   dec: Optional[int], jobs: int) -> List[Run]:
+    """The seeded runs that need phase 1's results: the deep-decoder comparison at the searched
+    depth ``dec`` (its plain decoder's first seed is the search's run of that depth, same name
+    and settings, so it is not trained again), the GPKD students (after the SKD data) and the
+    skipping sub-layer's second stage."""
+    runs: List[Run] = []
+    if "deep-decoder" in only:
+        runs += dd_compare_runs(p, dec, seeds)
+    if "gpkd" in only and not results.get(teacher_run(p).name, {}).get("diverged", True):
+        runs += gpkd_student_runs(study, p, seeds, jobs)
+    if "ssl" in only and not results.get(ssl_stage1(p).name, {}).get("diverged", True):
+        runs += ssl_stage2_runs(study, p, seeds)
+    return runs
