@@ -83,3 +83,36 @@ def test_deploy_benchmark_reports_targets_with_their_flop_ceiling(tmp_path, monk
         ceilings = [float(c["measured_reason"].split("FLOP-implied ceiling ")[1].split("x")[0]) for c in (beam4, greedy)]
         assert ceilings[0] > ceilings[1] > 1.0  # beam 4 runs 4 hypotheses through the decoder, greedy one
     assert "FLOP-implied ceiling" in (tmp_path / "deploy-speed-cpu.md").read_text()
+
+
+def test_the_benchmark_modules_import_each_other_one_way():
+    """benchmarks/ modules import each other as top-level modules (the script's directory is on
+    sys.path); every import of a sibling counts, also one inside a function, and they form no cycle
+    (issue 33: fidelity.py and fidelity_report.py imported each other)."""
+    import ast
+
+    here = REPO / "benchmarks"
+    modules = {f.stem for f in here.glob("*.py")}
+    graph = {}
+    for name in modules:
+        tree = ast.parse((here / f"{name}.py").read_text(encoding="utf-8"))
+        deps = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                deps |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                deps.add(node.module.split(".")[0])
+        graph[name] = deps & modules - {name}
+    assert graph["fidelity_report"] == {"fidelity_plan"} and graph["fidelity_plan"] == set()
+    order, seen = [], set()
+
+    def visit(name, path):
+        assert name not in path, f"import cycle: {' -> '.join(path + (name,))}"
+        if name not in seen:
+            for dep in sorted(graph[name]):
+                visit(dep, path + (name,))
+            seen.add(name)
+            order.append(name)
+
+    for name in sorted(graph):
+        visit(name, ())
