@@ -394,6 +394,51 @@ _register_rpr("gpkd_student_6_3", "base", 6, 3, "Table 6 (GPKD 6-3)", 48)
 
 
 # --------------------------------------------------------------------------
+# The baselines for deep post-norm stacks: DeepNorm (Wang et al. 2022, DeepNet, Table 1:
+# WMT-17 En-De, N-layer encoder and N-layer decoder) and Admin (Liu et al. 2020, Very Deep
+# Transformers for NMT, arXiv 2008.07772: 60-layer encoder, 12-layer decoder on WMT14 En-De /
+# En-Fr).  Both papers' deep rows are Transformer-base wide (512 / 2048 / 8 heads) with a
+# shared vocabulary; the residual scaling is an option (--deepnorm / --admin), the names only
+# fix the shapes.
+DEEPNET = "DeepNet (Wang et al. 2022)"
+ADMIN = "Admin (Liu et al. 2020)"
+
+
+def _register_deepnet(layers: int):
+    @_arch(f"deepnorm_wmt_base_{layers}l", DEEPNET, f"Table 1 (DeepNet {layers}L-{layers}L, WMT-17 En-De)", None,
+           key=("deepnorm_wmt_base", layers))
+    def fn(args):
+        _set(args, deepnorm=True)
+        _depth(args, layers, layers)
+        _wmt_base(args)
+        deep_base_architecture(args)
+
+    return fn
+
+
+def _register_admin(enc: int, dec: int):
+    @_arch(f"admin_wmt_base_{enc}_{dec}", ADMIN, f"Table 1 (Admin {enc}L-{dec}L, WMT14 En-De / En-Fr)", None,
+           key=("admin_wmt_base", enc, dec))
+    def fn(args):
+        _set(args, admin=True)
+        _depth(args, enc, dec)
+        _wmt_base(args)
+        deep_base_architecture(args)
+
+    return fn
+
+
+def _register_residual_scaling_rows():
+    for n in (6, 18, 50, 100):
+        _register_deepnet(n)
+    for enc, dec in ((6, 6), (60, 12)):
+        _register_admin(enc, dec)
+
+
+_register_residual_scaling_rows()
+
+
+# --------------------------------------------------------------------------
 # RNMT+ with transparent attention (Bapna et al. 2018, Tables 3-4): registered on
 # --arch rnmt_plus in rnmt.py; listed here with the other papers' rows.
 from .rnmt import RNMT_ARCHS, RNMT_ROWS  # noqa: E402
