@@ -98,10 +98,10 @@ def test_deep_decoder_tables_mark_our_choices_and_headline_metric():
     from deepnmt_fairseq.repro import tables
 
     # Table 1's 27-27 CAD+CRT: depth 21 of 27 is the paper's (Fig. 2 peak); everything else is ours
-    assert reg.dd_settings("dd-wmt14-ende-base-27-27-cad-crt") == \
+    assert tables.dd_settings("dd-wmt14-ende-base-27-27-cad-crt") == \
         "L_dr 21, p_net 0.5*, α_DDR 1.0*, α_ALD 0.5*, p_ALD 0.3*, τ 0.1"
-    assert reg.dd_settings("dd-fig2-base-27-27-depth21-ratio1") == "L_dr 21, p_net 1, α_ALD 0.5*, p_ALD 0.3*, τ 0.1"
-    assert reg.dd_settings("dd-wmt14-ende-base-15-15") == ""
+    assert tables.dd_settings("dd-fig2-base-27-27-depth21-ratio1") == "L_dr 21, p_net 1, α_ALD 0.5*, p_ALD 0.3*, τ 0.1"
+    assert tables.dd_settings("dd-wmt14-ende-base-15-15") == ""
     text = tables.render(Path("/nonexistent"), "dd-t3")
     assert "CAD/CRT (* = not in the paper)" in text and "compound-split BLEU (ours)" in text
     # the deep-decoder paper states multi-bleu.perl (no compound splitting): that is its headline

@@ -2,7 +2,7 @@
 
 * the registry takes architecture names, CAD defaults and the papers' parameter counts
   from the model code (models/architectures.py), it does not copy or rebuild them;
-* ``deepnmt-repro`` / ``python -m deepnmt_fairseq.repro`` and the old flags;
+* ``deepnmt-repro`` / ``python -m deepnmt_fairseq.repro``;
 * several ranks of one multi-stage run (torchrun / Slurm): the non-zero ranks wait for
   rank 0's done markers instead of failing on inputs rank 0 is still writing;
 * (slow) a wheel built from the checkout works in a fresh virtual environment, from a
@@ -47,13 +47,20 @@ def test_every_architecture_of_the_registry_is_a_registered_fairseq_architecture
     # the named architectures the papers' rows need all have experiments
     assert {a for a, (_, _, params) in architectures.PAPER_ROWS.items() if params is not None} <= used
     with pytest.raises(KeyError, match="ARCHS"):
-        reg._arch("dd", "base", 99, 99, False)
+        reg.arch_name("dd", "base", 99, 99, False)
+    assert reg.arch_key("dd_base_15_15_cad") == ("dd", "base", 15, 15, True)
+    assert reg.arch_key("deep_transformer") is None
 
 
 def test_registry_does_not_rebuild_architecture_names_or_copy_cad_defaults():
     from deepnmt_fairseq.models import architectures
 
-    src = Path(reg.__file__).read_text(encoding="utf-8")
+    files = {p.name: p.read_text(encoding="utf-8") for p in sorted(Path(reg.__file__).parent.glob("*.py"))}
+    assert {"msc.py", "bapna.py", "deep_decoder.py", "gpkd.py", "common.py"} <= set(files)
+    src = "\n".join(files.values())
+    # the family table is read in one place, common.arch_name / arch_key (tables.dd_settings uses arch_key)
+    readers = {n for n, text in files.items() if re.search(r"\bARCHS\s*[\[.]|import[^\n]*\bARCHS\b", text)}
+    assert readers == {"common.py"}, readers
     families = r"(msc|prenorm|postnorm|transparent|dd|rpr|desdar|gpkd_student)_"
     built = re.findall(r'f"' + families + r"[^\"]*\{", src)
     assert not built, f"architecture names built by string formatting in the registry: {built}"
@@ -91,7 +98,7 @@ def test_registry_paper_parameter_counts_are_the_architectures():
         assert any(k == key and (label is None or lab == label) for k, lab in differing), (key, label)
 
 
-def test_console_script_is_declared_and_the_old_flags_still_work(capsys, tmp_path, monkeypatch):
+def test_console_script_is_declared_and_works_outside_a_checkout(capsys, tmp_path, monkeypatch):
     text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
     assert 'deepnmt-repro = "deepnmt_fairseq.repro.cli:main"' in text
     assert cli.main(["list", "--names"]) == 0
@@ -101,7 +108,9 @@ def test_console_script_is_declared_and_the_old_flags_still_work(capsys, tmp_pat
     assert cli.main([]) == 2 and "deepnmt-repro train NAME" in capsys.readouterr().out
     # repository-only files: a clear error outside a checkout
     monkeypatch.chdir(tmp_path)
-    assert cli.main(["--check-configs"]) == 1 and "no configs directory" in capsys.readouterr().err
+    assert cli.main(["check-configs"]) == 1 and "no configs directory" in capsys.readouterr().err
+    # the flags of the removed scripts/experiments.py are gone
+    assert cli.main(["--check-configs"]) == 1 and "unknown command" in capsys.readouterr().err
     assert cli.main(["table", "--check-docs"]) == 1 and "repository root" in capsys.readouterr().err
     # defaults: ./work under the current directory, unless the environment says otherwise
     paths = commands.Paths.from_env(env={})
@@ -241,7 +250,8 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         entry_points = next(z.read(n).decode() for n in names if n.endswith("entry_points.txt"))
-    for mod in ("registry", "spec", "commands", "evaluate", "scoring", "hydra_config", "tables", "cli",
+    assert "deepnmt_fairseq/repro/registry/__init__.py" in names and "deepnmt_fairseq/repro/registry/gpkd.py" in names
+    for mod in ("spec", "commands", "evaluate", "scoring", "hydra_config", "tables", "cli",
                 "__main__"):
         assert f"deepnmt_fairseq/repro/{mod}.py" in names, mod
     assert "deepnmt-repro = deepnmt_fairseq.repro.cli:main" in entry_points

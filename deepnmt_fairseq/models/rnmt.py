@@ -435,10 +435,6 @@ RNMT_ROWS = {}
 RNMT_ARCHS = {}
 
 
-def rnmt_arch_name(variant: str, width: int, layers: int) -> str:
-    return RNMT_ARCHS[(variant, width, layers)]
-
-
 def _register_rnmt(variant: str, width: int, layers: int):
     suffix = {"baseline": "", "transparent": "_transparent", "nores": "_noresidual"}[variant]
     name = f"rnmt_plus_{width}{suffix}_{layers}l"

@@ -254,10 +254,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(__doc__)
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
-    # the old flags of scripts/experiments.py
-    if cmd in ("--write-configs", "--check-configs"):
-        cmd = cmd[2:]
-        rest = [a for a in rest if a not in ("--write-configs", "--check-configs")]
     try:
         if cmd not in COMMANDS:
             raise ReproError(f"unknown command {cmd!r} ({', '.join(COMMANDS)})")

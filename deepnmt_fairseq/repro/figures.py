@@ -21,62 +21,12 @@ import json
 import os
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-# ------------------------------------------------------------------------------ data model
-
-
-@dataclass(frozen=True)
-class Run:
-    """Training logs of one curve: (experiment, train stage) pairs read one after the other (a
-    two-stage run is its stage 1 followed by its stage 2); stage None = the experiment's
-    evaluation stage."""
-
-    logs: Tuple[Tuple[str, Optional[str]], ...]
-
-
-@dataclass(frozen=True)
-class Point:
-    """One point of a sweep: an experiment's result (``results`` file) at position ``x``."""
-
-    x: float
-    experiment: str
-    results: str = "results.json"
-
-
-@dataclass(frozen=True)
-class Figure:
-    key: str
-    paper: str
-    title: str
-    kind: str  # "curves" | "sweep"
-    x_label: str
-    panels: Tuple[Tuple[str, str], ...]  # (metric, y label): one subplot each
-    lines: Tuple[Tuple[str, Tuple], ...]  # (line label, runs (curves: one Run) / points (sweep))
-    chosen: str = ""  # what the paper does not state and we chose
-
-
-FIGURES: Dict[str, Figure] = {}
-
-
-def add(fig: Figure) -> Figure:
-    if fig.key in FIGURES:
-        raise ValueError(f"duplicate figure {fig.key}")
-    if fig.kind not in ("curves", "sweep"):
-        raise ValueError(f"{fig.key}: unknown kind {fig.kind}")
-    FIGURES[fig.key] = fig
-    return fig
-
-
-def experiments_of(fig: Figure) -> List[str]:
-    names: List[str] = []
-    for _, item in fig.lines:
-        for name in ([e for e, _ in item.logs] if isinstance(item, Run) else [p.experiment for p in item]):
-            if name not in names:
-                names.append(name)
-    return names
+# the data model (Figure, Run, Point) is the registry's (spec.py); the figures themselves are registry.FIGURES
+from .registry import FIGURES
+from .spec import Figure, experiments_of
 
 
 # ------------------------------------------------------------------------------ training logs
@@ -237,7 +187,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--out", default="figures", help="output directory (default ./figures)")
     p.add_argument("--overwrite", action="store_true")
     a = p.parse_args(argv)
-    from . import registry  # noqa: F401  (fills FIGURES)
     from .commands import default_work_dir
 
     if a.list or not a.key:

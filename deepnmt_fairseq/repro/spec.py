@@ -5,7 +5,8 @@ SKD data generation, student extraction) plus how to evaluate it.  A
 :class:`Row` is one row of one of the papers' tables; several rows may point
 at the same experiment (e.g. GPKD's Deep-RPR-48L appears in Tables 1-5), and
 rows of systems from other papers that this plugin does not implement have no
-experiment (``experiment=None``) and say why.
+experiment (``experiment=None``) and say why.  A :class:`Figure` is one of the papers'
+figures: curves from training logs (:class:`Run`) or a sweep of results (:class:`Point`).
 
 Every value that the paper does not give carries a note (``Recipe.notes``,
 ``Experiment.notes``) saying where it comes from; ``docs/reproduction.md`` and
@@ -105,9 +106,6 @@ class TrainStage:
     # count, so the learning rate goes on along its schedule (no second warm-up).
     init: Optional[Tuple[str, Ref]] = None
     kind: str = "train"
-
-    def all_flags(self) -> Tuple[str, ...]:
-        return self.model_flags + self.criterion_flags
 
 
 @dataclass(frozen=True)
@@ -241,6 +239,53 @@ class Table:
     title: str
     rows: Tuple[Row, ...]
     note: str = ""
+
+
+# ------------------------------------------------------------------------------ figures
+# A paper's figure as registry data (``registry.FIGURES``); ``figures.py`` reads the runs' logs and
+# results for it and plots them (``deepnmt-repro plot KEY``).
+@dataclass(frozen=True)
+class Run:
+    """Training logs of one curve: (experiment, train stage) pairs read one after the other (a
+    two-stage run is its stage 1 followed by its stage 2); stage None = the experiment's
+    evaluation stage."""
+
+    logs: Tuple[Tuple[str, Optional[str]], ...]
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of a sweep: an experiment's result (``results`` file) at position ``x``."""
+
+    x: float
+    experiment: str
+    results: str = "results.json"
+
+
+@dataclass(frozen=True)
+class Figure:
+    key: str
+    paper: str
+    title: str
+    kind: str  # "curves" | "sweep"
+    x_label: str
+    panels: Tuple[Tuple[str, str], ...]  # (metric, y label): one subplot each
+    lines: Tuple[Tuple[str, Tuple], ...]  # (line label, runs (curves: one Run) / points (sweep))
+    chosen: str = ""  # what the paper does not state and we chose
+
+    def __post_init__(self):
+        if self.kind not in ("curves", "sweep"):
+            raise ValueError(f"{self.key}: unknown kind {self.kind}")
+
+
+def experiments_of(fig: Figure) -> List[str]:
+    """The experiments behind a figure, in the order its lines name them."""
+    names: List[str] = []
+    for _, item in fig.lines:
+        for name in ([e for e, _ in item.logs] if isinstance(item, Run) else [p.experiment for p in item]):
+            if name not in names:
+                names.append(name)
+    return names
 
 
 def update_freq(tokens_per_update: int, max_tokens: int, world_size: int) -> int:
