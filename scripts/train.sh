@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Train one experiment of the papers' tables: `deepnmt-repro train` (registry:
-# deepnmt_fairseq/repro/registry.py) with this checkout's work/ as default data/checkpoint root.
+# deepnmt_fairseq/repro/registry/) with this checkout's work/ as default data/checkpoint root.
 #
 #   scripts/train.sh NAME [--dry-run] [--gpus N] [--fp16|--bf16] [--save-dir DIR] [--data DIR]
 #                    [--stage S] [--max-tokens N] [--launcher local|torchrun|slurm]
