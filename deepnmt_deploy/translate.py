@@ -110,8 +110,10 @@ class DeployedModel:
                     min_decoding_length=1, max_batch_size=batch_size, batch_type=batch_type,
                     max_input_length=0, return_scores=False)
 
-    def translate_tokens(self, sources: List[List[str]], **search) -> List[List[str]]:
-        """Subword sources -> subword hypotheses (an empty source gives an empty hypothesis).
+    def translate_tokens(self, sources: List[List[str]], first_line: Optional[int] = None,
+                         **search) -> List[List[str]]:
+        """Subword sources -> subword hypotheses (an empty source gives an empty hypothesis;
+        so does a source CTranslate2 fails on, with a warning naming it as line ``first_line + i``).
 
         With ``max_len_a`` > 0 the length limit is fairseq's, per batch: ``int(a * src_len + b)``
         where src_len is the longest source of the batch with its ``</s>`` (SequenceGenerator's
@@ -141,16 +143,13 @@ class DeployedModel:
                     try:
                         results.append(self.translator.translate_batch([sources[i]], **batch_opts)[0])
                     except Exception as e:  # noqa: BLE001
+                        where = f"line {first_line + i}" if first_line is not None else f"source {i + 1}"
                         logger.warning("%s: CTranslate2 failed on it (%s: %s); empty output line",
-                                       self._where(i), type(e).__name__, e)
+                                       where, type(e).__name__, e)
                         results.append(None)
             for i, r in zip(ids, results):
                 out[i] = list(r.hypotheses[0]) if r is not None else []
         return out
-
-    def _where(self, i: int) -> str:
-        first = getattr(self, "_first_line", None)
-        return f"line {first + i}" if first is not None else f"sentence {i + 1} of the batch"
 
     def encode(self, line: Union[str, bytes], line_no: Optional[int] = None) -> List[str]:
         where = f"line {line_no}" if line_no is not None else "a line"
@@ -183,17 +182,12 @@ class DeployedModel:
 
     def _chunk(self, buf: List[str], first: int, progress, search) -> Iterator[str]:
         sources = [self.encode(line, first + k) for k, line in enumerate(buf)]
-        self._first_line = first
-        try:
-            hyps = self.translate_tokens(sources, **search)
-        finally:
-            self._first_line = None
+        hyps = self.translate_tokens(sources, first_line=first, **search)
         self.target_tokens = getattr(self, "target_tokens", 0) + sum(len(h) + 1 for h in hyps if h)
         for k, h in enumerate(hyps):
             yield self._decode(h, first + k)
         if progress is not None:
             progress.update(len(buf))
-
 
     def _decode(self, hyp: List[str], line_no: int) -> str:
         if not hyp:
