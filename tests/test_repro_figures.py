@@ -27,11 +27,13 @@ JSON = ('{"epoch": 3, "train_loss": "9.1", "train_ppl": "550.1", "train_num_upda
 
 
 def test_parse_curves_reads_fairseqs_simple_and_json_lines():
-    c = F.parse_curves(SIMPLE + JSON)
+    from deepnmt_fairseq.analysis.logs import last_value, parse_curves  # the figures' log reader
+
+    c = parse_curves(SIMPLE + JSON)
     assert c["train_ppl"] == [(2.0, 1351.2), (3.0, 1055.7), (9.0, 550.1)]
     assert c["valid_ppl"] == [(3.0, 946.53), (6.0, 675.59), (9.0, 512.0)]
     assert c["train_loss"][0] == (2.0, 10.5) and c["valid_loss"][-1] == (9.0, 9.0)
-    assert F.last_value(SIMPLE, "train_ppl") == 1055.7
+    assert last_value(SIMPLE, "train_ppl") == 1055.7
 
 
 def test_every_figure_points_at_registry_experiments_and_says_what_we_chose():

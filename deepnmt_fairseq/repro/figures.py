@@ -19,85 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..analysis.logs import last_value, parse_curves
 # the data model (Figure, Run, Point) is the registry's (spec.py); the figures themselves are registry.FIGURES
 from .registry import FIGURES
 from .spec import Figure, experiments_of
-
-
-# ------------------------------------------------------------------------------ training logs
-_NUM = r"([-+0-9.eE,]+|inf|nan)"
-_SIMPLE_EPOCH = re.compile(r"\| (train|valid) \| epoch \d+ \|(.*)$")
-_SIMPLE_INNER = re.compile(r"\| train_inner \| epoch \d+:\s+\d+ / \d+ (.*)$")
-
-
-def _kv_bars(text: str) -> Dict[str, float]:
-    out = {}
-    for part in text.split("|"):
-        m = re.match(rf"\s*([a-z_0-9]+) {_NUM}\s*$", part.strip() + " ") if part.strip() else None
-        if m:
-            try:
-                out[m.group(1)] = float(m.group(2).replace(",", ""))
-            except ValueError:
-                pass
-    return out
-
-
-def _kv_commas(text: str) -> Dict[str, float]:
-    out = {}
-    for m in re.finditer(rf"([a-z_0-9]+)={_NUM}", text):
-        try:
-            out[m.group(1)] = float(m.group(2).replace(",", "").rstrip(","))
-        except ValueError:
-            pass
-    return out
-
-
-def parse_curves(text: str) -> Dict[str, List[Tuple[float, float]]]:
-    """(num_updates, value) series from a fairseq-train log: ``train_ppl``/``train_loss`` (every
-    logging interval and epoch), ``valid_ppl``/``valid_loss`` (every validation).  Reads the simple
-    format (``| train | epoch 001 | loss 9.9 | ... | num_updates 4``, ``train_inner ... loss=...``) and
-    json lines (``{"epoch": 1, "train_loss": ..., "train_num_updates": ...}``)."""
-    out: Dict[str, Dict[float, float]] = {}
-
-    def put(kind: str, stats: Dict[str, float]):
-        n = stats.get("num_updates")
-        if n is None:
-            return
-        for k in ("ppl", "loss"):
-            if k in stats:
-                out.setdefault(f"{kind}_{k}", {})[n] = stats[k]
-
-    for line in text.splitlines():
-        line = line.rstrip()
-        if line.lstrip().startswith("{"):
-            try:
-                obj = json.loads(line[line.index("{"):])
-            except ValueError:
-                continue
-            for kind in ("train", "valid", "train_inner"):
-                stats = {k[len(kind) + 1:]: v for k, v in obj.items() if k.startswith(kind + "_")}
-                stats = {k: float(v) for k, v in stats.items() if isinstance(v, (int, float, str))
-                         and re.fullmatch(_NUM, str(v))}
-                put("valid" if kind == "valid" else "train", stats)
-            continue
-        m = _SIMPLE_EPOCH.search(line)
-        if m:
-            put(m.group(1), _kv_bars(m.group(2)))
-            continue
-        m = _SIMPLE_INNER.search(line)
-        if m:
-            put("train", _kv_commas(m.group(1)))
-    return {k: sorted(v.items()) for k, v in out.items()}
-
-
-def last_value(text: str, metric: str) -> Optional[float]:
-    series = parse_curves(text).get(metric) or []
-    return series[-1][1] if series else None
 
 
 # ------------------------------------------------------------------------------ collecting
