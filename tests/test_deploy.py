@@ -267,11 +267,15 @@ def _fairseq_token_logprobs(model, src, lens, tgt):
 @needs_ct2
 @pytest.mark.parametrize("flags", [[], ["--post-norm"], RPR_ONLY, [*RPR_ONLY, "--rpr-values"],
                                    ["--ssl-rate", "0.4", "--ssl-decoder"], ["--no-scale-embedding"],
-                                   ["--encoder-learned-pos", "--decoder-learned-pos"]],
-                         ids=["prenorm", "postnorm", "rpr", "rpr_values", "ssl", "unscaled", "learned_pos"])
+                                   ["--encoder-learned-pos", "--decoder-learned-pos"], ["--deepnorm"],
+                                   ["--admin"], ["--admin", *RPR_ONLY, "--ssl-rate", "0.4", "--ssl-decoder"],
+                                   ["--deepnorm", "--encoder-learned-pos", "--decoder-learned-pos"]],
+                         ids=["prenorm", "postnorm", "rpr", "rpr_values", "ssl", "unscaled", "learned_pos", "deepnorm",
+                              "admin", "admin_rpr_ssl", "deepnorm_learned_pos"])
 def test_token_scores_equal(flags, tmp_path):
     """Teacher-forced log-probabilities: CTranslate2's score_batch == fairseq's forward (1e-4),
-    on a left-padded batch with random (non-trivial) norms, biases and relative embeddings."""
+    on a left-padded batch with random (non-trivial) norms, biases, relative embeddings and
+    DeepNorm / Admin shortcut weights (folded into the spec exactly)."""
     import ctranslate2
 
     from deepnmt_fairseq.deploy.export import build_spec, branch_scales
@@ -285,6 +289,11 @@ def test_token_scores_equal(flags, tmp_path):
             p.requires_grad_(False)
             if "layer_norm" in name or "relative" in name or name.endswith("bias"):
                 p.add_(0.2 * torch.randn(p.shape, generator=g))
+            elif name.endswith("omega_delta"):  # a trained Admin model's learned shortcut weights
+                p.add_(0.3 * torch.randn(p.shape, generator=g))
+        for name, b in model.named_buffers():
+            if name.endswith("omega_init"):  # as profiled: > 1, growing with depth
+                b.copy_(1.0 + 2.0 * torch.rand(b.shape, generator=g))
     if "--ssl-rate" in flags:  # the folded factors are real: 1 - p_l < 1
         scales = branch_scales(model.encoder)
         assert scales is not None and min(scales) < 0.9

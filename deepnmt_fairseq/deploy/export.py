@@ -24,7 +24,15 @@ Exportable, and how:
   linear map (attention ``out_proj``, FFN ``fc2``), so the factor is folded into that map's
   weight and bias; the exported network computes the same function with no extra op;
 * GP (group permutation) and LayerDrop are training-only (identity order at inference);
-* CAD with ``--cad-drop-ratio`` < 1: every layer keeps its cross-attention at inference.
+* CAD with ``--cad-drop-ratio`` < 1: every layer keeps its cross-attention at inference;
+* DeepNorm and Admin (``--deepnorm``, ``--admin``): each post-norm sub-layer computes
+  LN(w * x + f(x)) with a shortcut weight w (DeepNorm's alpha, Admin's omega vector) that
+  CTranslate2's spec does not have.  Reparameterised exactly (:func:`fold_residual_weights`):
+  x is the previous LayerNorm's output (or the embeddings, for a stack's first sub-layer), so
+  w * x is that LayerNorm with gain and bias multiplied by w (the embedding table and position
+  table multiplied by w), and f reads x = (w * x) / w, i.e. f's input projections with their
+  columns divided by w.  The exported network is a standard post-norm Transformer computing the
+  same function (Liu et al. 2020, Sec. 5: "Admin ... can be reparameterized" as one).
 
 Refused, with the feature and the reason (:func:`refusals`): MSC, transparent attention and
 DLCL memories (the decoder does not read just the top encoder layer, or layers read more than
@@ -215,6 +223,70 @@ def _scale_linear(spec, s: float) -> None:
         spec.bias = spec.bias * s
 
 
+def _residual_weights(stack) -> Optional[List[object]]:
+    """The shortcut weight of every sub-layer of ``stack`` in execution order (a float or a
+    per-dimension float32 array), or None when the stack adds its residuals unweighted."""
+    from ..modules.residual_scaling import AdminResidual, DeepNormResidual
+
+    out = []
+    for layer in stack.layers:
+        w = getattr(layer, "residual_weight", None)
+        if w is None:
+            return None
+        slots = 2 if not hasattr(layer, "encoder_attn") else (3 if layer.encoder_attn is not None else 2)
+        for slot in range(slots):
+            if isinstance(w, DeepNormResidual):
+                out.append(float(w.alpha))
+            elif isinstance(w, AdminResidual):
+                out.append(w.omega(slot).detach().float().cpu().numpy())
+            else:
+                raise NotExportable(f"unknown residual weight {type(w).__name__}")
+    return out
+
+
+def fold_residual_weights(side_spec, stack) -> None:
+    """Write DeepNorm's / Admin's shortcut weights w into a post-norm stack's spec exactly.
+
+    LN(w * x + f(x)) with x the previous sub-layer's LayerNorm output g * n + b: the previous
+    LayerNorm becomes (w g) * n + w b, and f's input projections W become W / w (column-wise,
+    so f sees x again).  For the stack's first sub-layer x is the embedding,
+    embed_scale * E[token] + P[position], so E and P are multiplied by w (or the embedding
+    LayerNorm, if the model has one).  Keys and values of cross-attention read the encoder
+    output, which no shortcut weight multiplies, so they stay as they are.
+    """
+    import numpy as np
+
+    weights = _residual_weights(stack)
+    if weights is None:
+        return
+    sublayers = []  # (input projection spec, the sub-layer's own LayerNorm spec), execution order
+    for layer_spec in side_spec.layer:
+        sublayers.append((layer_spec.self_attention.linear[0], layer_spec.self_attention.layer_norm))
+        if getattr(layer_spec, "attention", None) is not None:
+            sublayers.append((layer_spec.attention.linear[0], layer_spec.attention.layer_norm))
+        sublayers.append((layer_spec.ffn.linear_0, layer_spec.ffn.layer_norm))
+    if len(sublayers) != len(weights):
+        raise NotExportable(f"{len(weights)} shortcut weights for {len(sublayers)} sub-layers")
+    for k, ((proj, _norm), w) in enumerate(zip(sublayers, weights)):
+        proj.weight = proj.weight / w  # (out, d) / (d,): the input dimension; new array
+        if k == 0:
+            if getattr(side_spec, "layernorm_embedding", None) is not None and stack.layernorm_embedding is not None:
+                _scale_norm(side_spec.layernorm_embedding, w)
+            else:
+                emb = side_spec.embeddings[0] if isinstance(side_spec.embeddings, list) else side_spec.embeddings
+                emb.weight = emb.weight * w
+                table = getattr(side_spec, "position_encodings", None)
+                if table is not None and isinstance(getattr(table, "encodings", None), np.ndarray):
+                    table.encodings = table.encodings * w
+        else:
+            _scale_norm(sublayers[k - 1][1], w)
+
+
+def _scale_norm(norm_spec, w) -> None:
+    norm_spec.gamma = norm_spec.gamma * w
+    norm_spec.beta = norm_spec.beta * w
+
+
 def _set_relative(attn_spec, attention) -> None:
     import numpy as np
 
@@ -306,6 +378,7 @@ def _build_spec(model, cfg_model=None):
             ct2_fairseq.set_layer_norm(side_spec.layer_norm, stack.layer_norm)
         if stack.layernorm_embedding is not None:
             ct2_fairseq.set_layer_norm(side_spec.layernorm_embedding, stack.layernorm_embedding)
+        fold_residual_weights(side_spec, stack)
     ct2_fairseq.set_linear(dec_spec.projection, dec.output_projection)
     if dec.project_in_dim is not None:
         ct2_fairseq.set_linear(dec_spec.project_in, dec.project_in_dim)
