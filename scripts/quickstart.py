@@ -45,16 +45,13 @@ def log(msg: str) -> None:
     print(f"[quickstart {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def bin_path(name: str) -> str:
-    exe = Path(sys.executable).with_name(name)
-    return str(exe) if exe.exists() else name
-
-
 def run(cmd, **kw) -> None:
-    cmd = [str(c) for c in cmd]
-    log("$ " + " ".join(cmd))
-    from deepnmt_fairseq.console import child_env  # the known-harmless warnings of fairseq's children
+    """``cmd``: a console script of this environment by name (``fairseq-train``...), then its arguments."""
+    # exe: the script beside this interpreter; child_env: the known-harmless warnings of fairseq's children
+    from deepnmt_fairseq.console import child_env, exe
 
+    cmd = [exe(str(cmd[0]))] + [str(c) for c in cmd[1:]]
+    log("$ " + " ".join(cmd))
     env = child_env(dict(os.environ, PYTHONUNBUFFERED="1"))
     subprocess.run(cmd, check=True, env=env, **kw)
 
@@ -119,7 +116,7 @@ def prepare(work: Path, bpe_merges: int, train_pairs: int | None = None, data: P
                 "\n".join(bpe.process_line(ln) for ln in lines) + "\n", encoding="utf-8"
             )
     fresh_dir(bin_dir)
-    run([bin_path("fairseq-preprocess"), "--source-lang", SRC, "--target-lang", TGT,
+    run(["fairseq-preprocess", "--source-lang", SRC, "--target-lang", TGT,
          "--trainpref", tok / "train.bpe", "--validpref", tok / "valid.bpe", "--testpref", tok / "test.bpe",
          "--destdir", bin_dir, "--joined-dictionary", "--workers", "2"])
     mark(bin_dir)
@@ -150,7 +147,7 @@ def train(work: Path, bin_dir: Path, a, prenorm: bool = False) -> Path:
         return avg
     ckpt.mkdir(parents=True, exist_ok=True)
     if not done(ckpt):
-        run([bin_path("fairseq-train"), bin_dir, "--user-dir", REPO / "deepnmt_fairseq", *model_flags(a, prenorm),
+        run(["fairseq-train", bin_dir, "--user-dir", REPO / "deepnmt_fairseq", *model_flags(a, prenorm),
              "--task", "translation", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
              "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
              "--lr", str(a.lr), "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(a.warmup),
@@ -160,7 +157,7 @@ def train(work: Path, bin_dir: Path, a, prenorm: bool = False) -> Path:
              "--log-format", "simple", "--log-interval", "25", "--seed", str(a.seed), "--cpu",
              "--num-workers", "0", "--skip-invalid-size-inputs-valid-test"])
         mark(ckpt)
-    run([bin_path("deepnmt-average-checkpoints"), "--inputs", ckpt, "--num-checkpoints",
+    run(["deepnmt-average-checkpoints", "--inputs", ckpt, "--num-checkpoints",
          str(a.average), "--output", avg])
     return avg
 
@@ -180,7 +177,7 @@ def evaluate(work: Path, bin_dir: Path, model: Path, a, out_dir: Path | None = N
         tmp = gen.with_suffix(".partial")
         # fairseq's log (its "Translated ... tokens/s" line) goes to stderr
         with open(tmp, "w", encoding="utf-8") as f, open(out_dir / "generate-test.log", "w", encoding="utf-8") as e:
-            run([bin_path("fairseq-generate"), bin_dir, "--user-dir", REPO / "deepnmt_fairseq", "--path", model,
+            run(["fairseq-generate", bin_dir, "--user-dir", REPO / "deepnmt_fairseq", "--path", model,
                  "--gen-subset", "test", "--beam", "5", "--lenpen", "1.0", "--batch-size", "64",
                  "--max-len-a", "1.2", "--max-len-b", str(a.max_len_b),
                  "--required-batch-size-multiple", "1", "--remove-bpe", "--cpu"], stdout=f, stderr=e)
@@ -250,14 +247,14 @@ def deploy(work: Path, bin_dir: Path, a) -> dict:
     fs = evaluate(work, bin_dir, model, a, out_dir=d / "eval")
     ct2 = d / "ct2-int8"
     if not (ct2 / ".done").exists():
-        run([bin_path("deepnmt-export-ct2"), model, ct2, "--quantization", "int8", "--data", bin_dir,
+        run(["deepnmt-export-ct2", model, ct2, "--quantization", "int8", "--data", bin_dir,
              "--bpe-codes", work / "tok" / "bpe.codes", "--force"])
         mark(ct2)
     tok = work / "tok"
     hyp = d / f"test.ct2.{TGT}"
     log_file = d / "translate.log"
     with open(log_file, "w", encoding="utf-8") as err:
-        run([bin_path("deepnmt-translate"), "--model", ct2, "--input", tok / f"test.raw.{SRC}", "--output", hyp,
+        run(["deepnmt-translate", "--model", ct2, "--input", tok / f"test.raw.{SRC}", "--output", hyp,
              "--beam", "5", "--lenpen", "1.0", "--batch-size", "64", "--max-len-a", "1.2", "--max-len", str(a.max_len_b),
              "--no-progress"], stderr=err)
     m = re.search(r"(\d+) lines, (\d+) target tokens in ([\d.]+) s", log_file.read_text(encoding="utf-8"))
