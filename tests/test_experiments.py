@@ -741,3 +741,178 @@ def test_msc_comparison_rows_run_the_papers_backbone():
     variants = {r.experiment for t in TABLES for r in t.rows if r.label.startswith("variant")}
     for post in ("msc-iwslt14-ende-bapna-postnorm-36L", "msc-iwslt14-ende-plain-postnorm-72L"):
         assert not model_args(post).encoder_normalize_before and post in variants
+
+
+# ------------------------------------------------------------------------------ issue 37: recipes, round 2
+def _train_argv(name, stage=None, gpus=8):
+    steps = [s for s in _plan(name, gpus=gpus) if s.kind == "train" and (stage is None or s.stage == stage)]
+    assert len(steps) == 1, (name, [s.stage for s in steps])
+    return steps[0].argv
+
+
+def _dry_run_lines(capsys, *argv):
+    from deepnmt_fairseq.repro import cli
+
+    capsys.readouterr()
+    assert cli.main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
+def _table(key):
+    return next(t for t in experiments.TABLES if t.key == key)
+
+
+def test_gpkd_two_stage_rows_train_table_3s_budget_with_a_matched_control():
+    """Li et al. 2021 Table 3: Deep-RPR-48L and '+ Skipping Sub-Layer' both 50K updates.  Stage 1 early-stops
+    within 50K, stage 2 continues the update count to the same 50K (not 100K), and the control runs the same
+    stage 2 without skipping."""
+    deep = _train_argv("gpkd-wmt14-ende-48L")
+    stage1 = _train_argv("gpkd-wmt14-ende-48L-converged")
+    ssl = _train_argv("gpkd-wmt14-ende-48L-ssl")
+    control = _train_argv("gpkd-wmt14-ende-48L-continued")
+    assert _flag(deep, "--max-update") == _flag(stage1, "--max-update") == "50000" and _flag(deep, "--patience") is None
+    for argv in (stage1, ssl, control):
+        assert _flag(argv, "--patience") == str(experiments.GPKD_PATIENCE)
+    for argv in (ssl, control):  # --continue-once keeps stage 1's update count: 50K is the total
+        assert _flag(argv, "--max-update") == "50000"
+        assert _flag(argv, "--continue-once") == "/ckpt/gpkd-wmt14-ende-48L-converged/checkpoint_avg5.resume.pt"
+        assert "--finetune-from-model" not in argv
+    assert _flag(ssl, "--ssl-rate") == "0.4"
+
+    def without(argv, *flags):  # the command line less the given flags and their values
+        out, skip = [], False
+        for a in argv:
+            if skip:
+                skip = False
+            elif a in flags:
+                skip = True
+            else:
+                out.append(a)
+        return out
+
+    # the same command but for skipping (and the DDP backend skipping needs, and the run's own directory)
+    assert without(control, "--save-dir", "--ddp-backend") == without(ssl, "--save-dir", "--ddp-backend", "--ssl-rate")
+    for key in ("gpkd-t3", "gpkd-t4", "gpkd-t5"):  # the control is a row wherever a finetune row is
+        (row,) = [r for r in _table(key).rows if r.experiment == "gpkd-wmt14-ende-48L-continued"]
+        assert row.label.startswith("matched control (not in the paper)")
+    # every GPKD row's budget is the setup section's: Base/Deep 50k, Big 150k updates (En-De)
+    for name, exp in EXPS.items():
+        if exp.paper != experiments.GPKD:
+            continue
+        for stage in exp.train_stages:
+            want = "150000" if "big" in stage.arch else "50000"
+            assert _flag(_train_argv(name, stage.name), "--max-update") == want, (name, stage.name)
+    note = _table("gpkd-t3").rows[5].note
+    assert "100K" in note and "50k/150k/50k" in note  # Base-RPR: Table 3's 100K vs the setup text's 50K
+
+
+def test_gpkd_table_6_names_each_students_teacher_and_the_cost(capsys):
+    t6 = _table("gpkd-t6")
+    teachers = {n for n, e in EXPS.items() if n.startswith("gpkd-wmt14-ende-48L-ssl-gp-")}
+    assert teachers == {f"gpkd-wmt14-ende-48L-ssl-gp-e{e}-d{d}-teacher" for e, d in ((2, 2), (2, 6), (8, 2))}
+    assert "3 two-stage teachers (3x the paper's teacher cost)" in t6.note
+    rows = {r.label: r for r in t6.rows}
+    assert rows["Skipping Sub-Layer + GP 48-6"].experiment == "gpkd-wmt14-ende-48L-ssl-gp-e8-d2-teacher"
+    for label, teacher, h in (("GPKD 24-3", "e2-d2", ("2", "2")), ("GPKD 24-1", "e2-d6", ("2", "6")),
+                              ("GPKD 6-6", "e8-d2", ("8", "1")), ("GPKD 6-3", "e8-d2", ("8", "2"))):
+        assert f"student of gpkd-wmt14-ende-48L-ssl-gp-{teacher}-teacher" in rows[label].note
+        plan = _plan(rows[label].experiment)
+        (extract,) = [s for s in plan if s.kind == "extract"]
+        assert (_flag(extract.argv, "--encoder-group-size"), _flag(extract.argv, "--decoder-group-size")) == h
+        assert f"/ckpt/gpkd-wmt14-ende-48L-ssl-gp-{teacher}-teacher/" in " ".join(extract.argv)
+    text = tables_render("gpkd-t6")
+    assert "3x the paper's teacher cost" in text and "student of gpkd-wmt14-ende-48L-ssl-gp-e8-d2-teacher" in text
+
+
+def tables_render(key):
+    from deepnmt_fairseq.repro import tables
+
+    return tables.render(Path("/nonexistent"), key)
+
+
+def test_dlcl_rows_follow_wang_et_al_run_script(capsys):
+    """MSC Table 4 cites Wang et al. (2019a)'s 29.3: lr 2e-3, 16K warm-up from 1e-7, Adam (0.9, 0.997), 8 x 4096 x 2
+    tokens per update, 20 epochs, last 5 averaged, beam 4, lenpen 0.6.  The MSC-recipe run is a named variant."""
+    argv = _train_argv("msc-wmt14-ende-dlcl-30L", gpus=8)
+    assert (_flag(argv, "--arch"), _flag(argv, "--lr"), _flag(argv, "--warmup-updates"),
+            _flag(argv, "--warmup-init-lr"), _flag(argv, "--adam-betas")) == \
+        ("dlcl_wmt_base_30l", "0.002", "16000", "1e-07", "(0.9, 0.997)")
+    assert (_flag(argv, "--max-epoch"), _flag(argv, "--max-update")) == ("20", "0")
+    assert (_flag(argv, "--max-tokens"), _flag(argv, "--update-freq")) == ("4096", "2")  # 8 x 4096 x 2
+    out = _dry_run_lines(capsys, "evaluate", "msc-wmt14-ende-dlcl-30L", "--dry-run")
+    gen = shlex.split([ln for ln in out.splitlines() if "fairseq-generate" in ln][0])
+    avg = shlex.split([ln for ln in out.splitlines() if "deepnmt-average-checkpoints" in ln][0])
+    assert (_flag(gen, "--beam"), _flag(gen, "--lenpen"), _flag(avg, "--num-epoch-checkpoints")) == ("4", "0.6", "5")
+    variant = _train_argv("msc-wmt14-ende-dlcl-30L-msc-recipe")
+    assert (_flag(variant, "--lr"), _flag(variant, "--max-update"), _flag(variant, "--max-epoch")) == \
+        ("0.000494", "100000", None)
+    rows = {r.experiment: r for r in _table("msc-t4").rows if r.experiment}
+    assert rows["msc-wmt14-ende-dlcl-30L"].label == "Wang et al. (2019a)"
+    assert rows["msc-wmt14-ende-dlcl-30L-msc-recipe"].label.startswith("variant (not in the paper)")
+    # Table 3 is MSC's own re-implementation on its backbone and settings: it says so
+    for r in _table("msc-t3").rows:
+        if "Wang" in r.label:
+            assert "MSC's backbone and recipe" in r.note
+            assert _flag(_train_argv(r.experiment), "--warmup-updates") == "8000"
+
+
+def test_deep_decoder_loss_weights_are_the_unweighted_sum_and_readings_are_visible(capsys):
+    from deepnmt_fairseq.criterions.collapse_reducing import CollapseReducingConfig
+
+    cfg = CollapseReducingConfig()
+    assert (cfg.ddr_alpha, cfg.ald_alpha) == (1.0, 1.0)  # the criterion's defaults: the unweighted sum
+    for name in ("dd-wmt14-ende-base-15-15-cad-crt", "dd-wmt14-ende-base-27-27-cad-crt", "dd-wmt14-ende-big-15-15-cad-crt"):
+        argv = _train_argv(name)
+        assert (_flag(argv, "--ddr-alpha"), _flag(argv, "--ald-alpha")) == ("1.0", "1.0"), name
+    argv = _train_argv("dd-fig2-base-27-27-depth21-ratio0.5")
+    assert (_flag(argv, "--ddr-alpha"), _flag(argv, "--ald-alpha")) == ("0", "1.0")
+    ours = _train_argv("dd-wmt14-ende-base-15-15-cad-crt-ald0.5")  # our earlier weighting, kept as a named row
+    assert (_flag(ours, "--ddr-alpha"), _flag(ours, "--ald-alpha")) == ("1.0", "0.5")
+    assert any(r.experiment == "dd-wmt14-ende-base-15-15-cad-crt-ald0.5" and r.label.startswith("variant")
+               for r in _table("dd-t3").rows)
+    out = _dry_run_lines(capsys, "show", "dd-wmt14-ende-base-15-15-cad-crt")
+    assert "unweighted sum" in out and "joint model optimization" in out
+    # p_net = 1.0: no cross-attention in layers 1..L_dr, also at inference - a reading, with the paper's words
+    out = _dry_run_lines(capsys, "show", "dd-fig2-base-27-27-depth21-ratio1")
+    assert "During the inference stage, both attentions are used" in out and "--cad-drop-ratio 1" in out
+    text = tables_render("dd-fig2")
+    assert "p_net 1†" in text and "During the inference stage, both attentions are used" in text
+    from deepnmt_fairseq.modules import cross_attention_drop
+
+    assert "During the inference stage" in cross_attention_drop.__doc__
+    assert cross_attention_drop.layers_without_cross_attention(cross_attention_drop.drop_probabilities(4, 2, 1.0)) \
+        == [True, True, False, False]
+
+
+def test_bapna_tables_name_their_backbone_and_offer_both_norm_placements():
+    from argparse import Namespace
+
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    def normalize_before(arch):
+        args = Namespace()
+        ARCH_CONFIG_REGISTRY[arch](args)
+        return args.encoder_normalize_before, getattr(args, "deep_memory", None)
+
+    for key in ("bapna-t1", "bapna-t2"):
+        t = _table(key)
+        assert "does not state the norm placement" in t.note and "latest version of the Transformer base" in t.note
+        for r in t.rows:
+            argv = _train_argv(r.experiment)
+            pre, memory = normalize_before(_flag(argv, "--arch"))
+            assert pre == r.label.startswith("variant"), (key, r.label)  # the paper's rows: post-norm
+            assert (memory == "transparent") == r.label.lower().startswith(("transparent", "variant (not in the "
+                                                                                "paper): transparent")), r.label
+        pre_rows = [r for r in t.rows if r.label.startswith("variant")]
+        assert len(pre_rows) == 8
+    assert _flag(_train_argv("transparent-wmt14-ende-baseline-prenorm-20L"), "--arch") == "prenorm_chen_wmt_base_20l"
+    assert _flag(_train_argv("transparent-wmt14-ende-transparent-prenorm-20L"), "--arch") == \
+        "transparent_prenorm_wmt_base_20l"
+
+
+def test_msc_hiertrans_is_a_cited_row_that_says_why_it_is_not_built():
+    (row,) = [r for r in _table("msc-t6").rows if r.label.startswith("HIERTRANS")]
+    assert row.experiment is None and row.paper["rouge1"] == 41.22
+    assert "not implemented by the plugin" in row.note and "sentence-level and a document-level" in row.note
+    text = tables_render("msc-t6")
+    assert "(no command)" in text and "cannot be built from the description" in text

@@ -304,6 +304,39 @@ for _n in (6, 12, 16, 20):
     _register_transparent_wmt(_n)
 
 
+def _register_bapna_prenorm(layers):
+    """The other reading of Bapna et al.'s backbone.  The paper does not state the norm placement: "We use
+    the latest version of the Transformer base model, using the implementation from (Chen et al., 2018)"
+    (Sec. 2.2).  Post-norm (above) is the published Transformer's, under which "the deeper Transformer
+    encoders completely fail to train" can reproduce; pre-norm (tensor2tensor's transformer_base_v2 and
+    later normalise each sub-layer's input) trains deep encoders (Wang et al. 2019a), so on it the failing
+    baseline may not reproduce.  The registry runs Tables 1-2 post-norm and lists these as variant rows."""
+    @_arch(f"transparent_prenorm_wmt_base_{layers}l", BAPNA,
+           f"Table 1 variant (Transparent, {layers} encoder layers, pre-norm reading)", None,
+           key=("transparent_prenorm_wmt_base", layers))
+    def fn(args):
+        _set(args, deep_memory="transparent")
+        _depth(args, layers, 6)
+        _norm(args, True)
+        _chen2018(args)
+        deep_base_architecture(args)
+
+    @_arch(f"prenorm_chen_wmt_base_{layers}l", BAPNA,
+           f"Table 1 variant (Baseline, {layers} encoder layers, pre-norm reading)", None,
+           key=("prenorm_chen_wmt_base", layers))
+    def plain(args):
+        _depth(args, layers, 6)
+        _norm(args, True)
+        _chen2018(args)
+        deep_base_architecture(args)
+
+    return fn, plain
+
+
+for _n in (6, 12, 16, 20):
+    _register_bapna_prenorm(_n)
+
+
 @_arch("postnorm_wmt_big_6l", BAPNA, "Table 1 (Baseline big, 6 layers)", 375)
 def postnorm_wmt_big_6l(args):
     _depth(args, 6, 6)

@@ -138,8 +138,10 @@ class DeepTransformerOptions(FairseqDataclass):
     cad_drop_ratio: float = field(
         default=0.0,
         metadata={
-            "help": "CAD drop ratio p_net. 1.0 = layers 1..L_dr are built without "
-            "cross-attention; 0 < p < 1 = dropped in training only"
+            "help": "CAD drop ratio p_net. 0 < p < 1 = dropped in training only, used at inference "
+            "(Sec. 3.3: 'During the inference stage, both attentions are used'). 1.0 = layers "
+            "1..L_dr are built without cross-attention, also at inference: it would never be "
+            "trained (our reading, see modules/cross_attention_drop.py)"
         },
     )
     # ---- skipping sub-layer (Li et al. 2021, Eq. 3-6) ---------------------

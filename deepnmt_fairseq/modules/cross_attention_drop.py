@@ -14,9 +14,19 @@ cross-attention always (p^l = 0).  We adopt that reading:
 
     p^l = p_net  for 1 <= l <= L_dr,      p^l = 0  for l > L_dr.
 
-With p_net = 1.0 the layers 1..L_dr never see cross-attention in training, so
-they are built without it (no parameters) and have none at inference either.
-With 0 < p_net < 1 inference uses the cross-attention, as the paper says.
+**p_net = 1.0 at inference (a documented reading).**  The paper: "For layer l,
+with probability p_net^l, only self-attention is used; with probability
+(1 - p_net^l), both of the two attentions are used.  During the inference stage,
+both attentions are used" (Sec. 3.3), and Sec. 4.3 compares drop ratios up to
+"p_net = 1.0".  At p_net = 1 a layer's cross-attention would never take part in
+training, so it would keep its random initialisation; using it only at
+inference would add random projections of the source to a decoder trained
+without them.  We therefore build layers 1..L_dr without cross-attention (no
+parameters) at p_net = 1.0, and they have none at inference either - against
+the letter of "both attentions are used", which we read as meant for trained
+cross-attentions (p_net < 1).  With 0 < p_net < 1 inference uses the
+cross-attention, as the paper says.  The registry's rows at ratio 1.0 (Fig. 2)
+say so in their notes, and ``deepnmt-repro table`` marks ``p_net 1†``.
 
 Coin granularity: one coin per layer per forward pass (per batch).  Skipping a
 sub-layer for the whole batch saves its computation, which matters for 27-layer

@@ -91,10 +91,16 @@ def _flag_values(seq) -> Dict[str, str]:
             for i, k in enumerate(seq) if k.startswith("--")}
 
 
+DD_SETTINGS_HEAD = "CAD/CRT (* = not in the paper, † = our reading of it)"
+
+
 def dd_settings(name: str) -> str:
     """The CAD / CRT values an experiment runs with, ``*`` marking each value that is our choice rather than
     the paper's (Sec. 3.3-4.3 print none of them; the text names drop depth 21 of 27, ratio 1.0, tau 0.05 and
-    0.1 as points of its sweeps).  Empty for models without CAD or CRT."""
+    0.1 as points of its sweeps) and ``†`` a value that is our reading of the paper's words: loss weights of 1,
+    the unweighted sum of its 'joint model optimization' (it gives no weights), and p_net 1, whose layers have no
+    cross-attention at inference either (the paper: 'During the inference stage, both attentions are used').
+    Empty for models without CAD or CRT."""
     st = experiments.EXPERIMENTS[name].eval_stage
     f, crit = _flag_values(st.model_flags), _flag_values(st.criterion_flags)
     depth, ratio = f.get("--cad-drop-depth"), f.get("--cad-drop-ratio")
@@ -108,13 +114,16 @@ def dd_settings(name: str) -> str:
     out = []
     if depth is not None:
         out.append(f"L_dr {depth}" + ("" if (depth == "21" and dec == 27) else "*"))
-        out.append(f"p_net {ratio}" + ("" if ratio in ("1", "1.0") else "*"))
+        out.append(f"p_net {ratio}" + ("†" if ratio in ("1", "1.0") else "*"))
     if st.criterion == experiments.CR and (crit.get("--ddr-alpha") not in (None, "0") or
                                            crit.get("--ald-alpha") not in (None, "0")):
+        def weight(v):  # 1 = the unweighted sum (our reading); anything else is our choice
+            return f"{float(v):g}" + ("†" if float(v) == 1.0 else "*")
+
         if crit.get("--ddr-alpha") not in (None, "0"):
-            out.append(f"α_DDR {crit['--ddr-alpha']}*")
+            out.append(f"α_DDR {weight(crit['--ddr-alpha'])}")
         if crit.get("--ald-alpha") not in (None, "0"):
-            out.append(f"α_ALD {crit['--ald-alpha']}*")
+            out.append(f"α_ALD {weight(crit['--ald-alpha'])}")
             out.append(f"p_ALD {crit.get('--ald-p', '?')}*")
             tau = crit.get("--ald-tau", "?")
             out.append(f"τ {tau}" + ("" if tau in ("0.05", "0.1") else "*"))
@@ -135,7 +144,7 @@ def render_table(t: Table, results: Dict[str, dict], with_measured: bool = True,
         head += [f"{title} (paper)"] + ([f"{title} (ours)"] if with_measured else [])
     head += [f"{title} (ours)" for _, title in beside]
     if _settings_column(t):
-        head.append("CAD/CRT (* = not in the paper)")
+        head.append(DD_SETTINGS_HEAD)
     head += ["command", "note"]
     lines = [f"### {t.title}", ""]
     if t.note:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Dict, Optional, Tuple
 
 from ...models.architectures import ARCHS, PAPER_ROWS
-from ..spec import EvalSpec, Experiment, Figure, TrainStage
+from ..spec import EvalSpec, Experiment, Figure, Recipe, TrainStage
 
 MSC = "Wei et al. 2020, Multiscale Collaborative Deep Models for NMT (MSC)"
 BAPNA = "Bapna et al. 2018, Training Deeper NMT Models with Transparent Attention"
@@ -106,3 +106,22 @@ def wmt_ende_eval(average: int, batch_size: int = 128, extra_notes=(), compound_
         notes=("beam 4, length penalty 0.6", metric, "detokenized sacreBLEU is reported next to it")
         + tuple(extra_notes),
     )
+
+
+# Wang et al. (2019a), 'Learning Deep Transformer Models for MT': their released run script for the pre-norm
+# (DLCL) WMT En-De models.  MSC Table 4 cites their 29.3 (trained so); GPKD 'followed the hyper-parameters used in
+# Wang et al. (2019)' with its own update budgets (gpkd.GPKD_BASE replaces max_update and the notes).
+WANG_2019A = Recipe(
+    lr=0.002, warmup_updates=16000, max_update=0, tokens_per_update=65536, adam_betas="(0.9, 0.997)",
+    adam_eps=1e-8, warmup_init_lr=1e-7, save="epoch", keep=10,
+    notes=(("recipe", "Wang et al. (2019a)'s released run script for the pre-norm DLCL model: lr 2e-3 after a "
+                      "16K-update linear warm-up from 1e-7 (inverse sqrt), Adam (0.9, 0.997), 8 GPUs x 4096 tokens "
+                      "x update-freq 2 = 65,536 tokens per update, 20 epochs (--max-epoch 20; --max-update 0 = no "
+                      "update limit), the last 5 epoch checkpoints averaged"),
+           ("adam_eps/clip_norm/weight_decay", "not set by the script: fairseq's eps 1e-8, no clipping, no weight "
+                                               "decay"),
+           ("dropout", "0.1 residual, 0.1 attention and ReLU dropout (Wang et al. 2019a's setting)")),
+)
+# what a Wang et al. (2019a) run adds to the command line: the epoch budget and the attention/ReLU dropout
+WANG_2019A_EPOCHS = ("--max-epoch", "20")
+WANG_2019A_DROPOUT = ("--attention-dropout", "0.1", "--activation-dropout", "0.1")

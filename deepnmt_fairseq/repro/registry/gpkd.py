@@ -3,14 +3,16 @@ data are not freely available)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import List, Tuple
 
-from ..spec import EvalSpec, ExtractStage, Experiment, Figure, Point, Recipe, Ref, Row, Run, SkdStage, Table, TrainStage
-from .common import GPKD, add, add_figure, exp_params, paper_params, single, wmt_ende_eval
+from ..spec import EvalSpec, ExtractStage, Experiment, Figure, Point, Ref, Row, Run, SkdStage, Table, TrainStage
+from .common import (
+    GPKD, WANG_2019A, WANG_2019A_DROPOUT, add, add_figure, exp_params, paper_params, single, wmt_ende_eval,
+)
 
-GPKD_BASE = Recipe(
-    lr=0.002, warmup_updates=16000, max_update=50000, tokens_per_update=65536, adam_betas="(0.9, 0.997)",
-    adam_eps=1e-8, save="epoch", keep=10,
+GPKD_BASE = replace(
+    WANG_2019A, max_update=50000,
     notes=(("lr/warmup/betas", "'followed the hyper-parameters used in Wang et al. (2019)': Adam (0.9, 0.997), "
                                "lr 0.002, 16K warm-up (as in the authors' public scripts, libeineu/GPKD)"),
            ("tokens_per_update", "4096 tokens per GPU, update every two steps (paper) on 8 GPUs (Wang et al. 2019a) "
@@ -30,7 +32,7 @@ GPKD_EVAL = wmt_ende_eval(5, batch_size=64, compound_split=True, extra_notes=(
     "last 5 epoch checkpoints averaged; batch 64 as the authors' translate.sh; speed = tokens/s of fairseq-generate",))
 GPKD_EVAL_T5 = EvalSpec(**{**GPKD_EVAL.__dict__, "also_single": True,
                            "notes": GPKD_EVAL.notes + ("Table 5 also reports the single last checkpoint",)})
-RPR_DROP = ("--attention-dropout", "0.1", "--activation-dropout", "0.1")
+RPR_DROP = WANG_2019A_DROPOUT  # Wang et al. (2019a)'s attention / ReLU dropout
 _SKD_NOTE = ("SKD data: the teacher (average of its last 5 checkpoints) translates the training set with beam 4, "
              "length penalty 0.6 (deepnmt-skd)")
 _PLAIN_NOTE = ("plain Deep-RPR model, trained without group permutation: the baseline rows of Tables 1-5 (Table 1 "
@@ -41,7 +43,9 @@ _GP_NOTE = ("GP-trained teacher (its own row; the paper prints no BLEU for it): 
             "6-layer network by setting h = 8, or progressively ... with h = 2'); evaluated in the original layer order")
 # Two-stage training (paper, 'Two-stage Training'): "First, we train the model as usual but early stop it when the
 # model converges on the validation set. Then, we apply our Skipping Sub-Layer method to the model and continue
-# training until the model converges again."  Neither the patience nor the second stage's length is given.
+# training until the model converges again."  Neither the patience nor the second stage's length is given; Table 3
+# gives Deep-RPR-48L and '+ Skipping Sub-Layer' the same 50K updates (and the latter less time), so both stages share
+# the Deep schedule's 50K updates: stage 2 continues stage 1's update count up to the same --max-update.
 GPKD_PATIENCE = 3
 _STAGE1_NOTE = (f"two-stage training, stage 1: trained as usual, early-stopped when the validation loss has not "
                 f"improved for {GPKD_PATIENCE} validations (one per epoch; --patience {GPKD_PATIENCE}, our value: "
@@ -51,10 +55,13 @@ _STAGE2_NOTE = ("two-stage training, stage 2: starts from stage 1's averaged mod
                 "model the paper evaluates) with stage 1's Adam state, learning-rate schedule and update count "
                 "(--continue-once on an average written with --keep-training-state), so the inverse-sqrt schedule "
                 "goes on where stage 1 stopped instead of warming up to the peak rate again ('continue training "
-                f"until the model converges again': --patience {GPKD_PATIENCE}, at most 100K updates in all; our "
-                "reading of 'continue' and of Table 3's 50K updates, which the paper does not split between stages)")
+                f"until the model converges again': --patience {GPKD_PATIENCE}); both stages together stay within "
+                "the Deep schedule's 50K updates (--max-update 50000 counts from stage 1's first update), the budget "
+                "Table 3 gives both Deep-RPR-48L and '+ Skipping Sub-Layer', so a two-stage gain is not owed to "
+                "more training; how the 50K split between the stages is stage 1's early stop (the paper does not "
+                "split them; if stage 1 does not stop early, stage 2 has no updates left)")
 GPKD_STAGE1 = GPKD_BASE.with_(patience=GPKD_PATIENCE)
-GPKD_STAGE2 = GPKD_BASE.with_(max_update=100000, patience=GPKD_PATIENCE)
+GPKD_STAGE2 = GPKD_BASE.with_(patience=GPKD_PATIENCE)  # the same 50K in all: --continue-once keeps the count
 _SCRATCH_NOTE = "from scratch (Table 4 'Scratch'): the method on from update 0, 50K updates, no GP"
 
 
@@ -114,6 +121,7 @@ BASE6 = "gpkd-wmt14-ende-base-6L"  # Base-RPR-6L
 DEEP48 = "gpkd-wmt14-ende-48L"  # Deep-RPR-48L, trained without GP
 CONVERGED = "gpkd-wmt14-ende-48L-converged"  # two-stage training, stage 1
 SSL = "gpkd-wmt14-ende-48L-ssl"  # + Skipping Sub-Layer (two-stage)
+CONTROL = "gpkd-wmt14-ende-48L-continued"  # its matched control: the same stage 2 without skipping
 DESDAR_48_3, DESDAR_48_1 = "gpkd-wmt14-ende-desdar-48-3", "gpkd-wmt14-ende-desdar-48-1"
 SKD_48, GPKD_48 = "gpkd-wmt14-ende-48L-skd", "gpkd-wmt14-ende-48L-gpkd"  # the 48L -> 6-6 students of Table 1
 
@@ -239,6 +247,13 @@ def _table2() -> List[Table]:
 
 
 # Tables 3-5: skipping sub-layer, two-stage (stage 1: plain, early-stopped; stage 2: the method on, continued)
+_CONTROL_NOTE = ("matched control (not in the paper): stage 2 of the two-stage runs with the method off - the same "
+                 "stage 1, the same continuation, patience and 50K-update budget - so a finetune row's gain over it is "
+                 "the method's, not stage 2's extra epochs on an early-stopped model (as the evidence study does on "
+                 "the CPU: ssl-stage2-skip vs ssl-stage2-plain)")
+_CONTROL_ROW = "matched control (not in the paper): two-stage, stage 2 without skipping"
+
+
 def _gpkd_skip(name, flags, title, finetune, ev=GPKD_EVAL, notes=()):
     init = ("continue", Ref(CONVERGED, "train", "resume"))
     return single(name, GPKD, "wmt14-en-de-gpkd", "rpr_deep_48_6", GPKD_STAGE2 if finetune else GPKD_BASE, ev, title,
@@ -254,6 +269,8 @@ def _tables3to5() -> List[Table]:
         notes=(_STAGE1_NOTE, "the fine-tuning runs of Tables 3-5 continue from its averaged model")))
     ssl = _gpkd_skip(SSL, ("--ssl-rate", "0.4"), "GPKD Table 3/4/5: Deep-RPR-48L + Skipping Sub-Layer "
                      "(two-stage)", True, GPKD_EVAL_T5, ("phi = 0.4 (Eq. 5), encoder sub-layers only",))
+    control = _gpkd_skip(CONTROL, (), "GPKD Tables 3-5 control: Deep-RPR-48L two-stage without skipping (not in the "
+                         "paper)", True, GPKD_EVAL_T5, (_CONTROL_NOTE,))
     ssl_s = _gpkd_skip("gpkd-wmt14-ende-48L-ssl-scratch", ("--ssl-rate", "0.4"),
                        "GPKD Table 4: Skipping Sub-Layer from scratch", False)
     ld_s = _gpkd_skip("gpkd-wmt14-ende-48L-layerdrop-scratch", ("--encoder-layerdrop", "0.2"),
@@ -286,12 +303,17 @@ def _tables3to5() -> List[Table]:
         Row("Wu et al. (2019b)", None, {"bleu": 29.92, "params_m": 270}, "cited"),
         Row("Ott et al. (2018)", None, {"bleu": 29.30, "sacrebleu": 28.3, "params_m": 210}, "cited"),
         Row("Wang et al. (2019)", None, {"bleu": 29.30, "params_m": 137}, "cited; see MSC Table 4's DLCL run"),
-        Row("Base-RPR", BASE6, {"bleu": 27.60, "sacrebleu": 26.5, "params_m": exp_params(BASE6), "train_hours": 5.02}),
+        Row("Base-RPR", BASE6, {"bleu": 27.60, "sacrebleu": 26.5, "params_m": exp_params(BASE6), "train_hours": 5.02},
+            "50K updates: the setup section's Base budget ('Base/Big/Deep ... 50k/150k/50k steps on the En-De task'); "
+            "Table 3 lists 100K for this row"),
         Row("Deep-RPR-48L", DEEP48, {"bleu": 30.03, "sacrebleu": 28.8, "params_m": exp_params(DEEP48), "train_hours": 16.87},
-            "trained without GP"),
+            "trained without GP; 50K updates (Table 3, setup section)"),
         Row("+ Skipping Sub-Layer", ssl, {"bleu": 30.49, "sacrebleu": 29.4, "params_m": exp_params(ssl), "train_hours": 15.41},
-            "two-stage; 30.49 is the paper's beam-4 score (30.63 with beam 8: evaluate.sh NAME --beam 8); train h: "
-            "stage 2 only (stage 1: gpkd-wmt14-ende-48L-converged)"),
+            "two-stage within Table 3's 50K updates in all (stage 1 gpkd-wmt14-ende-48L-converged early-stopped, "
+            "stage 2 continues to update 50K); 30.49 is the paper's beam-4 score (30.63 with beam 8: evaluate.sh "
+            "NAME --beam 8); train h: stage 2 only"),
+        Row(_CONTROL_ROW, control, {"bleu": "-"}, "the same two stages and budget as '+ Skipping Sub-Layer', skipping "
+            "off: what its gain over Deep-RPR-48L would be without the method"),
         Row("two-stage training, stage 1 (early-stopped Deep-RPR-48L)", CONVERGED, {"bleu": "-"},
             "not in the table: the converged model every fine-tuning run continues"),
         Row("NIST / WMT Zh-En columns", None, {"bleu": "see paper"}, "data not freely available"),
@@ -303,48 +325,71 @@ def _tables3to5() -> List[Table]:
         Row("Finetune: Skipping Sub-Layer", ssl, {"valid_ppl": 3.39, "bleu": 30.49}),
         Row("Finetune: LayerDrop", ld, {"valid_ppl": 3.47, "bleu": 29.77}),
         Row("Finetune: Stochastic Layers", sl, {"valid_ppl": 3.44, "bleu": 30.12}),
+        Row(_CONTROL_ROW, control, {"valid_ppl": "-", "bleu": "-"}, "the finetune rows' matched control"),
     ), note="valid_ppl: the best validation perplexity in the training log (fairseq reports base-2 ppl, as the paper). "
-            "Finetune = two-stage: stage 2 continues gpkd-wmt14-ende-48L-converged."),
+            "Finetune = two-stage: stage 2 continues gpkd-wmt14-ende-48L-converged; both stages together train 50K "
+            "updates, as every Scratch row and Deep-RPR-48L."),
         Table("gpkd-t5", GPKD, "Table 5: ablation of what is skipped (PPL, single checkpoint, average)", (
             Row("Deep-RPR-48L", DEEP48, {"valid_ppl": 3.52, "single_bleu": 29.19, "bleu": 30.03}, "trained without GP"),
             Row("Skip FFN", skip_ffn, {"valid_ppl": 3.45, "single_bleu": 29.61, "bleu": 30.22}),
             Row("Skip SAN", skip_san, {"valid_ppl": 3.45, "single_bleu": 29.71, "bleu": 30.26}),
             Row("Skip FFN or SAN", ssl, {"valid_ppl": 3.39, "single_bleu": 29.95, "bleu": 30.49}),
             Row("Skip Layer", skl, {"valid_ppl": 3.46, "single_bleu": 29.45, "bleu": 29.92}),
+            Row(_CONTROL_ROW, control, {"valid_ppl": "-", "single_bleu": "-", "bleu": "-"},
+                "the skipping rows' matched control (50K updates in all)"),
         ))]
 
 
 # Table 6: Skipping Sub-Layer + GP teachers and their students.  Each student is extracted with the h its
-# teacher was GP-trained with, so the four students need four teachers (encoder h, decoder h):
-# 24-3 (2, 2), 24-1 (2, 6), 6-6 (8, 1), 6-3 (8, 2).
+# teacher was GP-trained with (h = N/M); a decoder kept whole (decoder h = 1) can come from any decoder GP, so the
+# four students (encoder h, decoder h) 24-3 (2, 2), 24-1 (2, 6), 6-6 (8, 1), 6-3 (8, 2) need three teachers, and the
+# (8, 2) one, the teacher of GPKD 6-6 and 6-3, is the paper's single 'Skipping Sub-Layer + GP 48-6' row.
 _T6 = (("GPKD 24-3", "gpkd_student_24_3", 2, 2, 30.40, 5237), ("GPKD 24-1", "gpkd_student_24_1", 2, 6, 30.05, 8116),
        ("GPKD 6-6", "rpr_base_6_6", 8, 1, 30.16, 3817), ("GPKD 6-3", "gpkd_student_6_3", 8, 2, 29.71, 5460))
+# the teacher's GP group sizes per student: the student's own, the decoder's raised to the paper row's teacher's
+_T6_TEACHER = {(2, 2): (2, 2), (2, 6): (2, 6), (8, 1): (8, 2), (8, 2): (8, 2)}
+_T6_PAPER_TEACHER = (8, 2)
 
 
 def _table6() -> Table:
     teachers = {}
-    for label, _, eh, dh, _, _ in _T6:
+    for eh, dh in dict.fromkeys(_T6_TEACHER.values()):
+        students = " and ".join(label for label, _, e, d, _, _ in _T6 if _T6_TEACHER[(e, d)] == (eh, dh))
         teachers[(eh, dh)] = gpkd_two_stage_teacher(
             f"gpkd-wmt14-ende-48L-ssl-gp-e{eh}-d{dh}-teacher", "rpr_deep_48_6", ("--ssl-rate", "0.4"), eh, dh,
-            f"GPKD Table 6: Skipping Sub-Layer + GP 48-6 teacher (GP encoder h={eh}, decoder h={dh}) of {label}",
-            notes=("one teacher per student: GP with the group sizes that student is extracted with (the paper names "
-                   "one 'Skipping Sub-Layer + GP' system; which h it used is not stated)",))
+            f"GPKD Table 6: Skipping Sub-Layer + GP 48-6 teacher (GP encoder h={eh}, decoder h={dh}) of {students}",
+            notes=(f"teacher of {students}: GP with the group sizes they are extracted with (a student that keeps the "
+                   "whole decoder, decoder h = 1, takes any decoder GP); the paper names one 'Skipping Sub-Layer + GP' "
+                   f"system without its h, the h rule needs {len(set(_T6_TEACHER.values()))} teachers for its four "
+                   "students",))
+    paper_teacher = teachers[_T6_PAPER_TEACHER]
     rows = [
         Row("Fan, Grave, and Joulin (2020) 12-6", None, {"bleu": 30.20, "params_m": 286, "tokens_per_s": 2534}, "cited"),
         Row("Wu et al. (2019b) 8-8", None, {"bleu": 29.92, "params_m": 270, "tokens_per_s": 2044}, "cited"),
         Row("Wei et al. (2020) 18-6", "msc-wmt14-ende-big-18L", {"bleu": 30.56, "params_m": exp_params("msc-wmt14-ende-big-18L")}, "cited; our MSC reproduction"),
-        Row("Skipping Sub-Layer + GP 48-6", teachers[(8, 1)], {"bleu": 30.59, "params_m": exp_params(teachers[(8, 1)]), "tokens_per_s": 3092},
-            "the GP h=8 teacher (of GPKD 6-6) stands for this row (our choice)"),
+        Row("Skipping Sub-Layer + GP 48-6", paper_teacher,
+            {"bleu": 30.59, "params_m": exp_params(paper_teacher), "tokens_per_s": 3092},
+            f"the GP encoder h={_T6_PAPER_TEACHER[0]} / decoder h={_T6_PAPER_TEACHER[1]} teacher (of GPKD 6-6 and "
+            "6-3) stands for this row (our choice: the paper does not give its h)"),
     ]
     for label, arch, eh, dh, bleu, speed in _T6:
-        name = gpkd_student(f"gpkd-wmt14-ende-{label.split()[1]}", teachers[(eh, dh)], arch, GPKD_BASE, eh, dh,
+        teh, tdh = _T6_TEACHER[(eh, dh)]
+        name = gpkd_student(f"gpkd-wmt14-ende-{label.split()[1]}", teachers[(teh, tdh)], arch, GPKD_BASE, eh, dh,
                             f"GPKD Table 6: {label} (h encoder {eh}, decoder {dh})")
-        rows.append(Row(label, name, {"bleu": bleu, "params_m": paper_params(arch), "tokens_per_s": speed}))
+        rows.append(Row(label, name, {"bleu": bleu, "params_m": paper_params(arch), "tokens_per_s": speed},
+                        f"student of {teachers[(teh, tdh)]} (GP encoder h={teh}, decoder h={tdh})"
+                        + (", the row above" if (teh, tdh) == _T6_PAPER_TEACHER else "")))
     for (eh, dh), name in teachers.items():
-        if (eh, dh) != (8, 1):
+        if (eh, dh) != _T6_PAPER_TEACHER:
             rows.append(Row(f"Skipping Sub-Layer + GP 48-6 teacher, GP h encoder {eh} / decoder {dh}", name, {"bleu": "-"},
                             "not in the table: the teacher of the student with these group sizes"))
-    return Table("gpkd-t6", GPKD, "Table 6: overall results (BLEU, decoding tokens/s)", tuple(rows))
+    n = len(teachers)
+    return Table("gpkd-t6", GPKD, "Table 6: overall results (BLEU, decoding tokens/s)", tuple(rows),
+                 note=f"The paper reports one 'Skipping Sub-Layer + GP' teacher; extraction needs the group size h a "
+                      f"teacher was GP-trained with (h = N/M), so the four students come from {n} two-stage teachers "
+                      f"({n}x the paper's teacher cost): GPKD 24-3 from GP h 2/2, GPKD 24-1 from GP h 2/6, GPKD 6-6 "
+                      f"and 6-3 from GP h {_T6_PAPER_TEACHER[0]}/{_T6_PAPER_TEACHER[1]} (encoder/decoder), the "
+                      "teacher that stands for the paper's row. Each student row names its teacher.")
 
 
 # Figures (curves from the training logs, sweeps from results.json; deepnmt-repro plot KEY)
