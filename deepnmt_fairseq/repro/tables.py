@@ -262,8 +262,13 @@ deepnmt-repro table                                            # paper vs ours, 
 * GPKD Tables 1 and 3, NIST Zh-En and WMT19 Zh-En columns: NIST OpenMT12 (LDC) and the CWMT/UN Zh-En data
   are not freely available; only the WMT En-De columns have commands.
 * Rows of other papers' systems (Vaswani, Ott, Wu, Zhang, Dou, He, Li 2020, DLCL, AAN, …) are cited only; where
-  this plugin implements the method the row points at our run (e.g. Wei et al. → the MSC runs).
-* Approximations: MSC Table 3's "Wang et al. (2019a)" is the pre-norm deep Transformer without DLCL; the
+  this plugin implements the method the row points at our run (e.g. Wei et al. → the MSC runs; MSC Table 4's
+  Wang et al. (2019a) → DLCL 30-6 trained with their released run script).
+* MSC Table 6's HIERTRANS, the paper's own hierarchical baseline, is described in one sentence (sentence- and
+  document-level encoders, a standard decoder) without how sentences are pooled or what the decoder attends
+  to: a cited row without a command.
+* Approximations: MSC Table 3's "Wang et al. (2019a)" rows are pre-norm DLCL on MSC's own recipe (its caption:
+  "the same Transformer backbone as well as model settings"), not Wang et al.'s WMT script; the
   deep-decoder paper's "+R-Drop" is DDR with R-Drop's α = 5 sharing one encoder pass between the two
   predictions (R-Drop runs the whole model twice).
 
@@ -275,8 +280,10 @@ deep-decoder; Bapna: ×3.0) with fairseq's `inverse_sqrt`; Adam ε 1e-9, no clip
 (Vaswani); 4096 tokens per GPU and pass; Bapna et al.'s batch (8 × 4096 tokens) and 100K updates; the
 deep-decoder paper's checkpoint averaging (Vaswani: last 5 / 20); GPKD's optimizer (Adam (0.9, 0.997),
 lr 0.002, 16K warm-up: Wang et al. 2019a / the authors' scripts), student training lengths (the Base
-schedule); the collapse-reducing weights α_DDR 1, α_ALD 0.5, p_ALD 0.3, τ 0.1 and CAD drop depth
-round(21/27·L), ratio 0.5.
+schedule); the collapse-reducing weights α_DDR = α_ALD = 1 (the unweighted sum, our reading of "joint model
+optimization"; α_ALD 0.5 is a variant row), p_ALD 0.3, τ 0.1 and CAD drop depth round(21/27·L), ratio 0.5;
+Bapna et al.'s Transformer norm placement (not stated: post-norm, the reading under which "the deeper
+Transformer encoders completely fail to train" can reproduce; the pre-norm reading as variant rows).
 
 ## GPKD and deep-decoder procedure: our choices next to the papers' text
 
@@ -285,12 +292,12 @@ GPKD (Li et al. 2021):
 | what | the paper | what we do |
 |---|---|---|
 | extraction group size | "the stacking layers are first divided into M groups and every adjacent h = N/M layers form a group"; "One can compress a 48-layer teacher into a 6-layer network by setting h = 8, or progressively achieve this goal with h = 2 for three times of compression" | a student is extracted with the h its teacher was GP-trained with; `deepnmt-extract-student` refuses another h (the teacher's checkpoint records `gp_group_size` / `gp_decoder_group_size`) unless `--allow-group-size-mismatch`, which is written into the student (`extra_state.gpkd_student.group_size_override`) |
-| Table 6 teachers | one "Skipping Sub-Layer + GP" 48-6 system; students 24-3, 24-1, 6-6, 6-3 | silent on the GP h: one teacher per student's (encoder h, decoder h) = (2, 2), (2, 6), (8, 1), (8, 2); the h = 8 one stands for the 30.59 row |
+| Table 6 teachers | one "Skipping Sub-Layer + GP" 48-6 system; students 24-3, 24-1, 6-6, 6-3 | silent on the GP h: a teacher per student's (encoder h, decoder h) where the h rule needs one, three in all (3× the paper's teacher cost): (2, 2) for 24-3, (2, 6) for 24-1, (8, 2) for 6-3 and 6-6 (which keeps the whole decoder, decoder h = 1); the (8, 2) one stands for the 30.59 row; the table names each student's teacher |
 | baselines | Table 1 lists Deep-RPR-24L/48L apart from the students; Table 3 "+Skipping Sub-Layer" (30.49) and Table 6 "Skipping Sub-Layer + GP" (30.59) are different systems | plain Deep-RPR-24L/48L/Big-12L without GP are the baseline rows of Tables 1-5 and the start of the skipping runs; GP teachers are rows of their own |
 | +SKD students | "SKD uses the translation results of the teacher network as the gold" | silent on which teacher: the plain deep model of the rows above |
 | progressive compression | "progressively ... with h = 2 for three times" | 48L teacher GP-trained with h = 2; the 24- and 12-layer students are GP-trained with h = 2 on its SKD data before each extraction; the 6-layer student trains without GP; Base schedule per stage |
 | two-stage training, stage 1 | "we train the model as usual but early stop it when the model converges on the validation set" | `--patience 3` (validations, one per epoch) on fairseq's validation loss, within 50K updates |
-| stage 2 | "apply our Skipping Sub-Layer method to the model and continue training until the model converges again"; Table 3: 50K updates | starts from stage 1's averaged model (last 5 epoch checkpoints: the model the paper evaluates) with stage 1's newest Adam state, learning-rate schedule and update count, `--patience 3`, at most 100K updates in all. fairseq's `--finetune-from-model` (and `--reset-optimizer`) restart the update count at 0, so `inverse_sqrt` warms up again to the peak rate; `--reset-lr-scheduler` alone keeps the count (the schedule is a function of it). We continue (`--continue-once` on an average written with `--keep-training-state`); `scripts/gpkd_pipeline.py --restart-schedule` gives the warm-up when asked |
+| stage 2 | "apply our Skipping Sub-Layer method to the model and continue training until the model converges again"; Table 3: 50K updates | starts from stage 1's averaged model (last 5 epoch checkpoints: the model the paper evaluates) with stage 1's newest Adam state, learning-rate schedule and update count, `--patience 3`, to the same 50K updates in all as Deep-RPR-48L (Table 3 gives both 50K; stage 1's early stop decides the split). A matched control (`gpkd-wmt14-ende-48L-continued`) runs the same stage 2 without skipping, so a finetune gain is the method's, not more training. fairseq's `--finetune-from-model` (and `--reset-optimizer`) restart the update count at 0, so `inverse_sqrt` warms up again to the peak rate; `--reset-lr-scheduler` alone keeps the count (the schedule is a function of it). We continue (`--continue-once` on an average written with `--keep-training-state`); `scripts/gpkd_pipeline.py --restart-schedule` gives the warm-up when asked |
 | SKD data | "the teacher network translates the source inputs" | from the teacher's averaged model (registry and `scripts/gpkd_pipeline.py`), beam 4, length penalty 0.6 |
 | student training | "we begin optimizing the student network" | a new run from the extracted weights (`--finetune-from-model`: its own warm-up), Base/Big schedule |
 | DESDAR greedy claim | "can achieve a 3.2× speedup with no performance sacrifice with the greedy search" | the same trained DESDAR 48-1 (SKD/GPKD) and Deep 48-6 decoded with beam 1 (`evaluate NAME --beam 1`); the speedup is read as relative to Deep 48-6 with beam 4 (table `gpkd-desdar-greedy`) |
@@ -302,13 +309,14 @@ Deep decoder (CAD/CRT):
 
 | what | the paper | what we do |
 |---|---|---|
-| CRT weights | Sec. 3.4 defines J_DDR and J_ALD but prints no weights | α_DDR 1.0, α_ALD 0.5 (criterion `collapse_reducing` docstring) |
+| CRT weights | Sec. 3.4 defines J_DDR and J_ALD but prints no weights; Sec. 1 adds them "for joint model optimization" | the unweighted sum, α_DDR = α_ALD = 1 (the criterion's defaults); our earlier α_ALD 0.5 is the variant row `dd-wmt14-ende-base-15-15-cad-crt-ald0.5` |
 | p_ALD, τ | "0 < p_ALD < 0.5"; Fig. 3: "τ = 0.05 is slightly lower than that with τ = 0.1" | p_ALD 0.3, τ 0.1 |
 | CAD drop depth / ratio | Fig. 2: peak "at the 21st layer" of 27; "with a greater drop depth, a smaller p_net ... will achieve better results" | depth round(21/27 · L_dec), ratio 0.5 (`cad_defaults`) |
+| CAD at p_net = 1.0 | "with probability p_net^l, only self-attention is used ... During the inference stage, both attentions are used" | layers 1..L_dr are built without cross-attention, so they have none at inference either: at p_net = 1 it would never be trained (our reading; `modules/cross_attention_drop.py`) |
 | Fig. 1 | "training perplexity ... and BLEU score ... with different decoder depths after 200K training steps" | 6-layer pre-norm encoder, decoder depths 6..27 step 3, without and with CAD + CRT; training PPL = the last logged one |
 | Fig. 2 / 3 / 4 grids | only the peak (21), ratio 1.0 and τ 0.05 / 0.1 are named | depths 3..27 step 3 × ratios 0.25-1.0; p_ALD 0.1-0.4 at τ 0.1 and τ 0.05-0.5 at p_ALD 0.3; encoder / decoder depths 1..24 with the other at 15 |
 | headline metric | "We used multi-bleu.perl and detokenized sacreBLEU" (no compound splitting mentioned) | `tok_bleu` (multi-bleu.perl on the tokenized output); compound-split BLEU and sacreBLEU beside it |
-| marking | — | the deep-decoder tables print each run's CAD/CRT values with `*` on every value the paper does not print |
+| marking | — | the deep-decoder tables print each run's CAD/CRT values with `*` on every value the paper does not print and `†` on our readings of its words (loss weights 1, p_net 1) |
 
 Headline metric of the other papers, by the same rule (the metric the paper states; others beside it): MSC
 WMT14 En→De "tokenized case-sensitive BLEU ... multi-bleu.perl" (no compound splitting mentioned) → `tok_bleu`;
@@ -345,7 +353,8 @@ def _stage_line(exp, stage) -> str:
             f"({resolved_model(experiments.EXPERIMENTS, exp, stage)}), criterion `{crit}`, "
             f"lr {r.lr:g} ({'' if r.lr_scheduler == 'inverse_sqrt' else r.lr_scheduler + ', '}"
             f"warm-up {r.warmup_updates}), Adam {r.adam_betas}, {r.tokens_per_update:,} tokens/update, "
-            f"{r.max_update:,} updates, save {r.save}, ddp {ddp_backend(stage)}{data}{init}")
+            f"{(f'{r.max_update:,} updates' if r.max_update else 'no update limit (--max-epoch)')}, save {r.save}, "
+            f"ddp {ddp_backend(stage)}{data}{init}")
 
 
 def render_docs() -> str:
