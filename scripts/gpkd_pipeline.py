@@ -161,7 +161,9 @@ def main(argv=None):
                    help="early stopping: validations without improvement of the validation loss (stages 1 and 2)")
     p.add_argument("--average", type=int, default=5, help="last K checkpoints averaged for every model used")
     p.add_argument("--teacher-updates", type=int, default=50000, help="cap of teacher stage 1 (and the baseline)")
-    p.add_argument("--stage2-updates", type=int, default=100000, help="cap of the teacher's stage 2, updates in all")
+    p.add_argument("--stage2-updates", type=int, default=50000,
+                   help="cap of the teacher's stage 2, updates in all (stage 1's count goes on): Table 3 gives the "
+                        "two-stage model the same 50K updates as the plain one, as the registry does")
     p.add_argument("--student-updates", type=int, default=50000)
     p.add_argument("--teacher-args", default="", help="extra fairseq-train flags for the teacher (and baseline)")
     p.add_argument("--student-args", default="", help="extra fairseq-train flags for the student")
