@@ -15,7 +15,7 @@ from fairseq_helpers import TINY, build_model, random_batch
 from deepnmt_fairseq.memories import MEMORIES, EncoderMemory, MemoryPass, TopMemory
 from deepnmt_fairseq.memories.msc import block_sizes, encoder_layers_of
 from deepnmt_fairseq.models import deep_transformer
-from deepnmt_fairseq.models.architectures import deep_base_architecture
+from deepnmt_fairseq.models.deep_transformer import deep_base_architecture
 from deepnmt_fairseq.models.options import MEMORY_CHOICES, DeepTransformerOptions
 
 

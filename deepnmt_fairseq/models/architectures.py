@@ -2,19 +2,15 @@
 
 Each sets defaults with ``getattr``, so command-line flags always win.  The
 parameter counts next to the papers' are printed by
-``python -m deepnmt_fairseq.cli.param_counts`` and listed in the README.
+``python -m deepnmt_fairseq.cli.param_counts`` and listed in docs/parameter-counts.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import MISSING, fields
-
 from fairseq.models import register_model_architecture
-from fairseq.models.transformer.transformer_legacy import base_architecture
 
-from ..memories.msc import encoder_layers_of
-from .deep_transformer import MODEL_NAME
-from .options import DeepTransformerOptions
+from .deep_transformer import MODEL_NAME, deep_base_architecture
+from .options import set_defaults as _set
 
 # name -> (paper, table row, paper's parameter count in millions or None)
 PAPER_ROWS = {}
@@ -32,26 +28,6 @@ def _arch(name, paper=None, row=None, params=None, key=None):
         return register_model_architecture(MODEL_NAME, name)(fn)
 
     return deco
-
-
-def _set(args, **defaults):
-    for key, value in defaults.items():
-        setattr(args, key, getattr(args, key, value))
-
-
-@register_model_architecture(MODEL_NAME, MODEL_NAME)
-def deep_base_architecture(args):
-    """Transformer base, pre-norm by default (Wang et al. 2019a, the papers' baseline);
-    ``--post-norm`` switches both stacks to post-norm.  The plugin's own options take
-    their defaults from :class:`DeepTransformerOptions` (written once, there)."""
-    # DeepNorm and Admin are post-norm methods: they switch the default norm placement
-    _set(args, post_norm=bool(getattr(args, "deepnorm", False) or getattr(args, "admin", False)))
-    _set(args, **{f.name: f.default for f in fields(DeepTransformerOptions)
-                  if not f.name.startswith("_") and f.default is not MISSING})
-    _set(args, encoder_normalize_before=not args.post_norm, decoder_normalize_before=not args.post_norm)
-    if args.deep_memory == "msc" and getattr(args, "encoder_layers", None) is None:
-        args.encoder_layers = encoder_layers_of(args.msc_block_layers, getattr(args, "decoder_layers", None) or 6)
-    base_architecture(args)
 
 
 # --------------------------------------------------------------------------

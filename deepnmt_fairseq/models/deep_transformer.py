@@ -33,18 +33,20 @@ import torch
 import torch.nn as nn
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.distributed import fsdp_wrap
-from fairseq.models import register_model
+from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
     TransformerDecoderBase,
     TransformerEncoderBase,
     TransformerModel,
 )
+from fairseq.models.transformer.transformer_legacy import base_architecture
 from fairseq.modules import transformer_layer
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from torch import Tensor
 
 from ..memories import MEMORY_KEY, MEMORY_MASK_KEY, EncoderMemory, decoder_memories, memory_class, reorder
 from ..memories.base import upgrade_memory_keys
+from ..memories.msc import encoder_layers_of
 from ..modules.cross_attention_drop import drop_probabilities, layers_without_cross_attention, sample_keep
 from ..modules.group_permutation import check_group_size, layer_order
 from ..modules.residual_scaling import (AdminProfile, AdminResidual, DeepNormConstants, DeepNormResidual,
@@ -53,7 +55,7 @@ from ..modules.residual_scaling import (AdminProfile, AdminResidual, DeepNormCon
 from ..modules.sublayer_skip import BranchScales, SublayerSkip, scale_branch
 from .context_attention import ContextFusionAttention
 from .relative_attention import RelativeContextFusionAttention, RelativeMultiheadAttention
-from .options import DeepTransformerOptions
+from .options import DeepTransformerOptions, set_defaults, set_option_defaults
 
 logger = logging.getLogger(__name__)
 
@@ -596,8 +598,6 @@ class DeepTransformerModel(TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        from .architectures import deep_base_architecture
-
         deep_base_architecture(args)
         model = super().build_model(args, task)
         if model.encoder.opts.admin:
@@ -689,3 +689,16 @@ class DeepTransformerModel(TransformerModel):
     @classmethod
     def build_decoder(cls, cfg, tgt_dict, embed_tokens):
         return DeepTransformerDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
+
+
+@register_model_architecture(MODEL_NAME, MODEL_NAME)
+def deep_base_architecture(args):
+    """Transformer base, pre-norm by default (Wang et al. 2019a, the papers' baseline);
+    ``--post-norm`` (implied by ``--deepnorm`` / ``--admin``) switches both stacks to post-norm.
+    The plugin's own options take their defaults from :class:`DeepTransformerOptions` (written
+    once, there); the named architectures (:mod:`.architectures`) set theirs and call this."""
+    set_option_defaults(args)
+    set_defaults(args, encoder_normalize_before=not args.post_norm, decoder_normalize_before=not args.post_norm)
+    if args.deep_memory == "msc" and getattr(args, "encoder_layers", None) is None:
+        args.encoder_layers = encoder_layers_of(args.msc_block_layers, getattr(args, "decoder_layers", None) or 6)
+    base_architecture(args)

@@ -6,7 +6,7 @@ flags given on the command line always win.
 """
 
 
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Optional
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
@@ -209,3 +209,24 @@ class DeepTransformerOptions(FairseqDataclass):
             if value is not None:
                 setattr(opts, f.name, value)
         return opts
+
+
+#: options that change another option's default: DeepNorm and Admin are post-norm methods
+IMPLIED_DEFAULTS = {"deepnorm": {"post_norm": True}, "admin": {"post_norm": True}}
+
+
+def set_defaults(args, **defaults) -> None:
+    """``args.key = value`` for each key ``args`` lacks: the defaults of a named architecture
+    (flags given on the command line are present in ``args`` and win)."""
+    for key, value in defaults.items():
+        setattr(args, key, getattr(args, key, value))
+
+
+def set_option_defaults(args, options=DeepTransformerOptions) -> None:
+    """Give every option of the dataclass ``options`` that ``args`` lacks its default: first the
+    defaults an enabled option implies (:data:`IMPLIED_DEFAULTS`), then the dataclass's."""
+    for option, implied in IMPLIED_DEFAULTS.items():
+        if getattr(args, option, False):
+            set_defaults(args, **implied)
+    set_defaults(args, **{f.name: f.default for f in fields(options)
+                          if not f.name.startswith("_") and f.default is not MISSING})

@@ -56,7 +56,7 @@ the 512 models with 6/12/16/20 encoder layers and 379M for the 1024 one (see
 """
 
 
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Dict, List, Optional
 
 import torch
@@ -76,7 +76,7 @@ from torch import Tensor
 from ..memories import TopMemory, TransparentMemory
 from ..modules.additive_attention import MultiHeadAdditiveAttention
 from ..modules.layer_norm_lstm import DEFAULT_INIT_RANGE, LayerNormLSTMCell
-from .options import DeepTransformerOptions
+from .options import DeepTransformerOptions, set_defaults as _set, set_option_defaults
 
 MODEL_NAME = "rnmt_plus"
 DEFAULT_MAX_POSITIONS = 100000  # fairseq lstm.py: RNNs have no position limit
@@ -414,17 +414,11 @@ class RNMTPlusModel(FairseqEncoderDecoderModel):
 
 # ------------------------------------------------------------------------------
 # named architectures
-def _set(args, **defaults):
-    for key, value in defaults.items():
-        setattr(args, key, getattr(args, key, value))
-
-
 @register_model_architecture(MODEL_NAME, MODEL_NAME)
 def rnmt_plus_architecture(args):
     """Chen et al.'s RNMT+: 6 bidirectional encoder layers, 8 decoder layers, 1024 units.
     Defaults come from :class:`RNMTPlusOptions` (written once, there)."""
-    _set(args, **{f.name: f.default for f in fields(RNMTPlusOptions)
-                  if not f.name.startswith("_") and f.default is not MISSING})
+    set_option_defaults(args, RNMTPlusOptions)
 
 
 #: Bapna et al. 2018 Tables 3-4: parameter counts (millions) of the RNMT+ columns
