@@ -1,0 +1,282 @@
+"""The GPKD / distillation procedure as data: stages, each a command with its inputs and output.
+
+One planner for every caller (``deepnmt-distill``, ``scripts/gpkd_pipeline.py``, the
+registry's GPKD rows, the evidence study's GPKD and skipping runs).  The procedure (Li et al.
+2021, Fig. 1 and "Two-stage Training") is written here once:
+
+* teacher stage 1: GP training (``--gp-group-size h``), early-stopped on the validation loss
+  (:func:`teacher_stages`);
+* teacher stage 2 (skipping sub-layer, ``--ssl-rate`` > 0): continued from stage 1's
+  *averaged* model with stage 1's optimizer state, schedule and update count
+  (``deepnmt-average-checkpoints --keep-training-state``, then ``fairseq-train
+  --continue-once``); ``restart_schedule`` starts a fresh optimizer and warm-up instead
+  (``--finetune-from-model``); ``ssl_from_scratch`` is Table 4's "Scratch": one stage with
+  skipping from update 0;
+* the teacher model is the average of the last K checkpoints of its last stage
+  (:func:`average_stage`);
+* SKD data: the *averaged* teacher translates the training set (``deepnmt-skd``,
+  :func:`skd_stage`);
+* the student: one layer per group with h = the teacher's own GP h, read from its checkpoint
+  (:func:`extraction_group_sizes`, ``deepnmt-extract-student``), or, for a teacher trained
+  without GP, a student trained from scratch (:func:`student_init`);
+* student training on the SKD data (:func:`train_stage`, ``--finetune-from-model`` from the
+  extracted weights), then its average.
+
+A :class:`Stage` is skipped when its output exists (:mod:`.run`); every command it runs
+resumes when interrupted (fairseq-train from ``checkpoint_last.pt``, deepnmt-skd from its
+first unfinished shard, averaging and extraction write atomically).  Nothing here starts a
+process: the plan can be printed, tested and run by :class:`deepnmt_fairseq.distill.run.Runner`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, List, Optional, Sequence, Tuple
+
+# the GPKD paper's training settings (Wang et al. 2019 settings, as scripts/gpkd_pipeline.py and the
+# registry's GPKD recipe); every stage's fairseq-train gets them unless the caller passes its own
+DEFAULT_TRAIN_ARGS = ("--optimizer adam --adam-betas (0.9,0.997) --lr 0.002 --lr-scheduler inverse_sqrt "
+                      "--warmup-updates 16000 --warmup-init-lr 1e-07 --criterion label_smoothed_cross_entropy "
+                      "--label-smoothing 0.1 --max-tokens 4096 --update-freq 2 --attention-dropout 0.1 "
+                      "--activation-dropout 0.1")
+
+
+class PlanError(ValueError):
+    """A plan that cannot be made; the message names the flag or file."""
+
+
+@dataclass
+class Stage:
+    """One step: ``argv`` (a console script by name, then its arguments) makes ``output``.
+
+    ``marker``: ``output`` is a directory that the runner marks complete with a ``.done`` file
+    after the command succeeds (fairseq-train's save directory, the exported model); otherwise
+    the command itself writes ``output`` only when it is complete (averaging, extraction write
+    atomically; deepnmt-skd writes ``.done`` last).  ``call``: a Python step instead of a
+    command (the report)."""
+
+    name: str
+    argv: List[str]
+    output: Path
+    marker: bool = False
+    log: Optional[Path] = None
+    what: str = ""
+    call: Optional[Callable[[], None]] = field(default=None, repr=False, compare=False)
+
+    def done_file(self) -> Path:
+        return self.output / ".done" if self.marker else self.output
+
+    def is_done(self) -> bool:
+        return self.done_file().exists()
+
+    def command_line(self) -> str:
+        return " ".join(shlex.quote(str(c)) for c in self.argv) if self.argv else f"(in-process: {self.what})"
+
+
+def _s(values) -> List[str]:
+    return [str(v) for v in values]
+
+
+# ---------------------------------------------------------------- the h rule
+def extraction_group_sizes(cfg_model) -> Tuple[int, int]:
+    """(encoder h, decoder h) of one-layer-per-group extraction: the group sizes the teacher was
+    GP-trained with, read from its own config (Li et al. 2021, 'Student Training': GP training
+    with group size h makes each layer of a group stand in for the group).  (1, 1): trained
+    without GP, nothing to extract."""
+    from ..cli.extract_student import teacher_group_sizes
+
+    h = teacher_group_sizes(cfg_model)
+    return h["encoder"], h["decoder"]
+
+
+def gp_flags(h_enc: int, h_dec: int = 1) -> List[str]:
+    out = ["--gp-group-size", str(h_enc)] if h_enc > 1 else []
+    return out + (["--gp-decoder-group-size", str(h_dec)] if h_dec > 1 else [])
+
+
+# ---------------------------------------------------------------- stages
+def train_stage(name: str, data, save_dir: Path, arch: str, flags: Sequence, max_update: int, common: Sequence,
+                extra: Sequence = ()) -> Stage:
+    """fairseq-train into ``save_dir`` (resumes from its checkpoint_last.pt when re-run)."""
+    save_dir = Path(save_dir)
+    return Stage(name, _s(["fairseq-train", data, "--user-dir", user_dir(), "--arch", arch, *flags,
+                           "--max-update", max_update, "--save-dir", save_dir, *common, *extra]),
+                 save_dir, marker=True, log=save_dir / "train.log", what=f"train {name}")
+
+
+def averaged_path(stage_dir: Path, k: int, keep_training_state: bool = False) -> Path:
+    """The model of a training stage: the average of its last ``k`` checkpoints (checkpoint_last.pt
+    for k <= 1); ``keep_training_state``: with the newest checkpoint's optimizer state and update
+    count, for ``--continue-once``."""
+    stage_dir = Path(stage_dir)
+    if k <= 1:
+        return stage_dir / "checkpoint_last.pt"
+    return stage_dir / (f"checkpoint_avg{k}.resume.pt" if keep_training_state else f"checkpoint_avg{k}.pt")
+
+
+def average_stage(name: str, stage_dir: Path, k: int, keep_training_state: bool = False,
+                  out: Optional[Path] = None) -> Optional[Stage]:
+    """deepnmt-average-checkpoints over the last ``k`` checkpoints (None for k <= 1); ``out``:
+    where the average goes (default: :func:`averaged_path`, inside ``stage_dir``)."""
+    if k <= 1:
+        return None
+    out = Path(out) if out is not None else averaged_path(stage_dir, k, keep_training_state)
+    return Stage(name, _s(["deepnmt-average-checkpoints", "--inputs", stage_dir, "--num-checkpoints", k,
+                           "--output", out, *(["--keep-training-state"] if keep_training_state else [])]),
+                 out, what=f"average the last {k} checkpoints of {Path(stage_dir).name}")
+
+
+def teacher_stages(work: Path, data, arch: str, flags: Sequence, h_enc: int, h_dec: int, common: Sequence,
+                   stage1_updates: int, stage2_updates: int, average: int, ssl_rate: float = 0.0,
+                   ssl_from_scratch: bool = False, restart_schedule: bool = False, patience: int = 3,
+                   name: str = "teacher") -> Tuple[List[Stage], Path]:
+    """GP teacher training, one or two stages, and its averaged model: (stages, teacher model)."""
+    if ssl_from_scratch and ssl_rate <= 0:
+        raise PlanError("--ssl-from-scratch needs --ssl-rate > 0")
+    if ssl_from_scratch and restart_schedule:
+        raise PlanError("--restart-schedule is about stage 2; --ssl-from-scratch trains one stage")
+    work = Path(work)
+    early_stop = ["--patience", str(patience)] if patience > 0 else []
+    gp = gp_flags(h_enc, h_dec)
+    ssl = ["--ssl-rate", str(ssl_rate)] if ssl_rate > 0 else []
+    s1 = work / f"{name}-stage1"
+    stages = [train_stage(f"{name}-stage1", data, s1, arch, [*flags, *gp, *(ssl if ssl_from_scratch else [])],
+                          stage1_updates, common, early_stop)]
+    last = s1
+    if ssl and not ssl_from_scratch:
+        # stage 2: skipping on, GP kept, from stage 1's averaged model; the schedule goes on
+        avg = average_stage(f"{name}-stage1-average", s1, average, keep_training_state=not restart_schedule)
+        if avg is not None:
+            stages.append(avg)
+        start = averaged_path(s1, average, keep_training_state=not restart_schedule)
+        init = ["--finetune-from-model", start] if restart_schedule else ["--continue-once", start]
+        last = work / f"{name}-stage2"
+        stages.append(train_stage(f"{name}-stage2", data, last, arch, [*flags, *gp, *ssl], stage2_updates, common,
+                                  [*early_stop, *init]))
+    avg = average_stage(f"{name}-average", last, average)
+    if avg is not None:
+        stages.append(avg)
+    return stages, averaged_path(last, average)
+
+
+def skd_stage(data, teacher: Path, out: Path, device: Sequence = (), extra: Sequence = ()) -> Stage:
+    """deepnmt-skd: the (averaged) teacher translates the training set (its .done comes last)."""
+    return Stage("skd", _s(["deepnmt-skd", "--data", data, "--teacher", teacher, "--output", out, *device, *extra]),
+                 Path(out) / ".done", log=Path(str(out) + ".log"), what="SKD data from the averaged teacher")
+
+
+def extract_stage(teacher: Path, h_enc: int, h_dec: int, out: Path, select: str = "random", seed: int = 1) -> Stage:
+    """deepnmt-extract-student with the teacher's own h (the CLI refuses any other)."""
+    return Stage("extract", _s(["deepnmt-extract-student", "--teacher", teacher, "--encoder-group-size", h_enc,
+                                "--decoder-group-size", h_dec, "--select", select, "--seed", seed, "--output", out]),
+                 Path(out), what=f"one layer per group (h = {h_enc} encoder, {h_dec} decoder)")
+
+
+def export_stage(checkpoint: Path, out: Path, data, quantization: str, extra: Sequence = ()) -> Stage:
+    """deepnmt-export-ct2 (``--force``: a half-written directory of an interrupted export is replaced)."""
+    return Stage("export", _s(["deepnmt-export-ct2", checkpoint, out, "--quantization", quantization, "--data", data,
+                               *extra, "--force"]), Path(out), marker=True, log=Path(str(out) + ".log"),
+                 what=f"CTranslate2 export ({quantization})")
+
+
+def user_dir() -> str:
+    """--user-dir of every fairseq command: the installed package (found without importing fairseq)."""
+    import importlib.util
+
+    return list(importlib.util.find_spec("deepnmt_fairseq").submodule_search_locations)[0]
+
+
+# ---------------------------------------------------------------- the student's architecture
+def model_flags_from_cfg(cfg_model, arch: Optional[str] = None) -> List[str]:
+    """fairseq-train flags that rebuild the model of ``cfg_model`` (a checkpoint's model config):
+    every model option of the architecture's parser with its recorded value."""
+    import deepnmt_fairseq  # noqa: F401  (registers the plugin)
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    arch = arch or str(getattr(cfg_model, "arch", None) or getattr(cfg_model, "_name"))
+    if arch not in ARCH_MODEL_REGISTRY:
+        raise PlanError(f"architecture {arch!r} of the teacher is not registered")
+    parser = argparse.ArgumentParser(allow_abbrev=False, argument_default=argparse.SUPPRESS)
+    ARCH_MODEL_REGISTRY[arch].add_args(parser)
+    flags: List[str] = []
+    for action in parser._actions:
+        long = [o for o in action.option_strings if o.startswith("--")]
+        if not long or not hasattr(cfg_model, action.dest):
+            continue
+        value = getattr(cfg_model, action.dest)
+        if isinstance(action, argparse._StoreTrueAction):
+            if value:
+                flags.append(long[0])
+        elif isinstance(action, argparse._StoreFalseAction):
+            if value is False:
+                flags.append(long[0])
+        elif value is not None and value != "" and not isinstance(value, (dict,)):
+            flags += [long[0], ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)]
+    return flags
+
+
+def build_student(arch: str, flags: Sequence[str], vocab_size: int, dictionaries=None):
+    """The student model fairseq-train will build from ``--arch arch flags`` (a dummy vocabulary
+    of the data's size, or the data's ``(source, target)`` dictionaries), and its args: what the
+    exporter's refusals are asked about *before* any training."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+    from ..cli.param_counts import make_dictionary
+
+    parser = argparse.ArgumentParser(allow_abbrev=False, argument_default=argparse.SUPPRESS)
+    ARCH_MODEL_REGISTRY[arch].add_args(parser)
+    args, unknown = parser.parse_known_args(list(flags))
+    ARCH_CONFIG_REGISTRY[arch](args)
+    src, tgt = dictionaries if dictionaries is not None else (make_dictionary(vocab_size),) * 2
+    task = argparse.Namespace(source_dictionary=src, target_dictionary=tgt)
+    return ARCH_MODEL_REGISTRY[arch].build_model(args, task), args
+
+
+def export_refusals(arch: str, flags: Sequence[str], vocab_size: int) -> List[str]:
+    """:func:`deepnmt_fairseq.deploy.export.refusals` of the student built from its flags."""
+    from ..deploy.export import refusals
+
+    model, args = build_student(arch, flags, vocab_size)
+    return refusals(model.eval(), args)
+
+
+def transfer_init(teacher: Path, arch: str, flags: Sequence[str], data: Path, out: Path) -> dict:
+    """``--student-init teacher``: the student fairseq-train will build, with every tensor of the
+    teacher whose name and shape are the same copied in (the rest keeps fairseq's initialisation),
+    written as a checkpoint for ``--finetune-from-model``.  For a teacher of the student's width
+    and depths whose extra paths are separate modules (MSC's context attention and fusion gates)
+    that is every weight of the student: it starts as the teacher without those paths.  Returns
+    the counts (also in ``extra_state["distill_init"]``)."""
+    import torch
+    from fairseq.data import Dictionary
+
+    from ..checkpoint_safety import load_checkpoint
+    from ..cli.average_checkpoints import save_atomic
+    from ..cli.skd import language_pair
+
+    src, tgt = language_pair(str(data))
+    dicts = tuple(Dictionary.load(str(Path(data) / f"dict.{lang}.txt")) for lang in (src, tgt))
+    torch.manual_seed(1)
+    model, args = build_student(arch, flags, len(dicts[1]), dicts)
+    state = load_checkpoint(str(teacher))
+    theirs = state["model"]
+    mine = model.state_dict()
+    copied = [k for k, v in mine.items() if k in theirs and tuple(theirs[k].shape) == tuple(v.shape)]
+    for k in copied:
+        mine[k] = theirs[k].to(mine[k].dtype).clone()
+    out_state = {k: v for k, v in state.items() if k not in ("model", "last_optimizer_state", "averaged_from")}
+    out_state["model"] = mine
+    cfg = dict(out_state.get("cfg") or {})
+    cfg["model"] = args
+    out_state["cfg"] = cfg
+    extra = dict(out_state.get("extra_state") or {})
+    extra.pop("train_iterator", None)
+    info = {"teacher": str(teacher), "copied": len(copied), "tensors": len(mine),
+            "not_copied": sorted(set(mine) - set(copied))}
+    extra["distill_init"] = info
+    out_state["extra_state"] = extra
+    save_atomic(out_state, str(out))
+    return info

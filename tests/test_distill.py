@@ -1,0 +1,215 @@
+"""deepnmt-distill and the one GPKD planner (deepnmt_fairseq/distill/).
+
+Plan-level tests (the h rule, the two teacher stages, the checks before any work) run no
+training; the end-to-end tests run the command at --tiny size on the synthetic corpus, for an
+MSC teacher (student from scratch) and a GP teacher (extraction from the averaged teacher)."""
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from fairseq_helpers import TINY, train
+
+from deepnmt_fairseq.distill.plan import (PlanError, averaged_path, extraction_group_sizes, model_flags_from_cfg,
+                                          teacher_stages, build_student)
+from deepnmt_fairseq.distill.run import RunError, settings_guard
+
+
+def _opt(argv, flag):
+    return argv[argv.index(flag) + 1]
+
+
+# ---------------------------------------------------------------- the planner, no training
+def test_h_rule_reads_the_teachers_gp_group_sizes():
+    assert extraction_group_sizes(argparse.Namespace(gp_group_size=4, gp_decoder_group_size=1)) == (4, 1)
+    assert extraction_group_sizes(argparse.Namespace(gp_group_size=2, gp_decoder_group_size=3)) == (2, 3)
+    assert extraction_group_sizes(argparse.Namespace()) == (1, 1)  # trained without GP
+
+
+def test_two_stage_teacher_continues_stage_one_state(tmp_path):
+    stages, teacher = teacher_stages(tmp_path, "DATA", "deepnmt_transformer", ["--encoder-layers", "8"], 4, 1, ["--cpu"],
+                                     stage1_updates=100, stage2_updates=300, average=5, ssl_rate=0.4)
+    names = [s.name for s in stages]
+    assert names == ["teacher-stage1", "teacher-stage1-average", "teacher-stage2", "teacher-average"]
+    s1, avg1, s2, avg2 = stages
+    assert _opt(s1.argv, "--gp-group-size") == "4" and "--ssl-rate" not in s1.argv and "--patience" in s1.argv
+    # stage 2 starts from stage 1's *averaged* model with its optimizer state and schedule
+    assert "--keep-training-state" in avg1.argv and _opt(avg1.argv, "--inputs") == str(tmp_path / "teacher-stage1")
+    assert _opt(s2.argv, "--continue-once") == str(avg1.output) == str(averaged_path(s1.output, 5, True))
+    assert "--finetune-from-model" not in s2.argv
+    assert _opt(s2.argv, "--ssl-rate") == "0.4" and _opt(s2.argv, "--gp-group-size") == "4"
+    assert _opt(s2.argv, "--max-update") == "300"
+    # the teacher model is the average of its last stage
+    assert teacher == avg2.output and _opt(avg2.argv, "--inputs") == str(s2.output)
+    assert "--keep-training-state" not in avg2.argv
+
+
+def test_restart_schedule_and_ssl_from_scratch(tmp_path):
+    stages, _ = teacher_stages(tmp_path, "D", "a", [], 2, 1, [], 10, 20, 3, ssl_rate=0.4, restart_schedule=True)
+    s2 = stages[2]
+    assert _opt(s2.argv, "--finetune-from-model") == str(stages[1].output)
+    assert "--keep-training-state" not in stages[1].argv and "--continue-once" not in s2.argv
+    stages, teacher = teacher_stages(tmp_path, "D", "a", [], 2, 1, [], 10, 20, 3, ssl_rate=0.4, ssl_from_scratch=True)
+    assert [s.name for s in stages] == ["teacher-stage1", "teacher-average"]
+    assert _opt(stages[0].argv, "--ssl-rate") == "0.4" and _opt(stages[0].argv, "--gp-group-size") == "2"
+    with pytest.raises(PlanError, match="--ssl-from-scratch needs --ssl-rate"):
+        teacher_stages(tmp_path, "D", "a", [], 2, 1, [], 10, 20, 3, ssl_from_scratch=True)
+    # one stage, no GP: no --gp flags; average 1 means checkpoint_last.pt
+    stages, teacher = teacher_stages(tmp_path, "D", "a", [], 1, 1, [], 10, 20, 1)
+    assert len(stages) == 1 and "--gp-group-size" not in stages[0].argv
+    assert teacher == tmp_path / "teacher-stage1" / "checkpoint_last.pt"
+
+
+def test_model_flags_rebuild_the_teachers_model():
+    flags = [*TINY, "--encoder-layers", "3", "--decoder-layers", "2", "--no-token-positional-embeddings",
+             "--rpr-max-relative-position", "4", "--post-norm", "--gp-group-size", "3"]
+    model, args = build_student("deepnmt_transformer", flags, 40)
+    again = model_flags_from_cfg(args, "deepnmt_transformer")
+    assert _opt(again, "--rpr-max-relative-position") == "4" and "--post-norm" in again
+    rebuilt, args2 = build_student("deepnmt_transformer", again, 40)
+    a, b = model.state_dict(), rebuilt.state_dict()
+    assert a.keys() == b.keys() and all(a[k].shape == b[k].shape for k in a)
+    assert args2.gp_group_size == 3 and args2.post_norm and args2.encoder_layers == 3
+
+
+def test_settings_guard_refuses_other_settings(tmp_path):
+    settings_guard(tmp_path, {"seed": 1, "teacher": "t.pt"})
+    settings_guard(tmp_path, {"seed": 1, "teacher": "t.pt"})  # same settings: resume
+    with pytest.raises(RunError, match="other settings.*seed"):
+        settings_guard(tmp_path, {"seed": 2, "teacher": "t.pt"})
+
+
+# ---------------------------------------------------------------- teachers (tiny, trained once)
+@pytest.fixture(scope="module")
+def teachers(data_bin, tmp_path_factory):
+    root = tmp_path_factory.mktemp("teachers")
+    msc = root / "msc"
+    train(data_bin, msc, "deepnmt_transformer", [*TINY, "--deep-memory", "msc", "--msc-block-layers", "2",
+                                                  "--decoder-layers", "2"], max_update=4)
+    gp = root / "gp"  # GP-trained, RPR-only (exportable), interval checkpoints to average
+    train(data_bin, gp, "deepnmt_transformer", [*TINY, "--encoder-layers", "4", "--decoder-layers", "2",
+                                                 "--gp-group-size", "2", "--no-token-positional-embeddings",
+                                                 "--rpr-max-relative-position", "4", "--save-interval-updates", "1"],
+          max_update=4)
+    return {"msc": msc / "checkpoint_last.pt", "gp": gp}
+
+
+def _distill(data_bin, work, teacher, *extra, raw=None):
+    from deepnmt_fairseq.cli.distill import main
+
+    raw = raw or Path(data_bin).parent / "raw"
+    return main(["--teacher", str(teacher), "--data", str(data_bin), "--work-dir", str(work),
+                 "--test-source", str(raw / "test.src"), "--test-reference", str(raw / "test.tgt"), "--tiny", "--cpu",
+                 *extra])
+
+
+def test_missing_teacher_names_the_flag(data_bin, tmp_path, capsys):
+    assert _distill(data_bin, tmp_path / "w", tmp_path / "nope.pt") == 2
+    assert "--teacher" in capsys.readouterr().err and not (tmp_path / "w").exists()
+
+
+def test_teacher_with_another_dictionary_is_refused(data_bin, teachers, tmp_path, capsys):
+    same_size = tmp_path / "bin-swapped"  # the same number of words, two of them swapped
+    shutil.copytree(data_bin, same_size)
+    lines = (same_size / "dict.tgt.txt").read_text().splitlines()
+    lines[0], lines[1] = lines[1], lines[0]
+    (same_size / "dict.tgt.txt").write_text("\n".join(lines) + "\n")
+    raw = Path(data_bin).parent / "raw"
+    assert _distill(same_size, tmp_path / "w1", teachers["msc"], raw=raw) == 2
+    err = capsys.readouterr().err
+    assert "--teacher" in err and "dict.tgt.txt" in err and "differs" in err
+    bigger = tmp_path / "bin-bigger"
+    shutil.copytree(data_bin, bigger)
+    for lang in ("src", "tgt"):
+        with open(bigger / f"dict.{lang}.txt", "a") as f:
+            f.write("extraword 1\n")
+    assert _distill(bigger, tmp_path / "w2", teachers["msc"], raw=raw) == 2
+    err = capsys.readouterr().err
+    assert "--teacher" in err and "vocabulary has" in err and "dict.src.txt" in err
+
+
+def test_student_that_cannot_be_extracted_or_exported_is_refused_before_training(data_bin, teachers, tmp_path, capsys):
+    # an MSC teacher was not GP-trained: nothing to extract
+    assert _distill(data_bin, tmp_path / "w1", teachers["msc"], "--student-init", "extract") == 2
+    assert "--student-init extract" in capsys.readouterr().err
+    # an extracted student's depth is the teacher's N / h, not a flag
+    assert _distill(data_bin, tmp_path / "w2", teachers["gp"], "--student-encoder-layers", "3") == 2
+    assert "--student-encoder-layers" in capsys.readouterr().err
+    # a student the exporter refuses: refused before the SKD data or any training
+    work = tmp_path / "w3"
+    assert _distill(data_bin, work, teachers["msc"], "--student-args", "--deep-memory transparent") == 2
+    err = capsys.readouterr().err
+    assert "refused before any training" in err and "transparent attention" in err
+    assert not (work / "skd-bin").exists() and not (work / "student").exists()
+
+
+@pytest.mark.slow
+def test_msc_teacher_to_served_student_end_to_end(data_bin, teachers, tmp_path, capsys):
+    work = tmp_path / "msc"
+    assert _distill(data_bin, work, teachers["msc"]) == 0
+    out = capsys.readouterr().out
+    rep = json.loads((work / "report" / "report.json").read_text())
+    systems = rep["systems"]
+    assert set(systems) == {"teacher fairseq-generate", "student fairseq-generate", "student deepnmt-translate"}
+    n = rep["test"]["sentences"]
+    assert n == len((Path(data_bin).parent / "raw" / "test.src").read_text().splitlines())
+    for name, s in systems.items():
+        assert s["batched"]["tokens_per_s"] > 0 and s["single"]["tokens_per_s"] > 0, name
+        assert 0 < s["single"]["sentences"] < n  # an evenly spread subset, one at a time
+        assert "signature" in s and isinstance(s["sacrebleu"], float)
+    assert systems["student deepnmt-translate"]["batched"]["sentences"] == n
+    assert "inter_threads 2 x intra_threads 1" in systems["student deepnmt-translate"]["batched"]["setting"]
+    assert "2 torch threads" in systems["teacher fairseq-generate"]["single"]["setting"]
+    assert rep["sizes"]["student"]["parameters"] < rep["sizes"]["teacher"]["parameters"]
+    assert rep["sizes"]["served"]["quantization"] == "int8"
+    md = (work / "report" / "report.md").read_text()
+    assert "teacher fairseq-generate" in md and ("loaded machine" in md)
+    # an MSC teacher is not GP-trained: a pre-norm student of its width and depths, started from
+    # every teacher tensor of the same name and shape (all of its own; MSC's context paths dropped)
+    from deepnmt_fairseq.checkpoint_safety import load_checkpoint
+
+    init = load_checkpoint(str(work / "student-init.pt"))
+    info = init["extra_state"]["distill_init"]
+    assert info["copied"] == info["tensors"] > 0 and info["not_copied"] == []
+    teacher = load_checkpoint(str(teachers["msc"]))["model"]
+    assert torch.equal(init["model"]["encoder.layers.0.fc1.weight"], teacher["encoder.layers.0.fc1.weight"])
+    assert not any("context_attn" in k for k in init["model"])
+    log = (work / "student" / "train.log").read_text()
+    assert "--deep-memory" not in log.split("\n", 3)[1] and "--finetune-from-model" in log
+    assert "stage 1/6 skd" in out
+    # a re-run does nothing; other settings are refused and destroy nothing
+    assert _distill(data_bin, work, teachers["msc"]) == 0
+    again = capsys.readouterr().out
+    assert "$ fairseq-train" not in again and "$ fairseq-generate" not in again
+    assert again.count("done earlier") == 6  # skd, transfer, student, its average, export, report
+    assert _distill(data_bin, work, teachers["msc"], "--seed", "2") == 1
+    assert "other settings" in capsys.readouterr().err
+    assert json.loads((work / "report" / "report.json").read_text()) == rep
+
+
+@pytest.mark.slow
+def test_gp_teacher_extraction_from_the_averaged_teacher(data_bin, teachers, tmp_path, capsys):
+    from deepnmt_fairseq.checkpoint_safety import load_checkpoint
+
+    work = tmp_path / "gp"
+    assert _distill(data_bin, work, teachers["gp"]) == 0
+    avg = work / "teacher-avg2.pt"
+    assert len(load_checkpoint(str(avg))["averaged_from"]) == 2  # the averaged teacher...
+    assert f"teacher={avg}" in (work / "skd-bin" / ".done").read_text()  # ...made the SKD data
+    init = load_checkpoint(str(work / "student-init.pt"))
+    info = init["extra_state"]["gpkd_student"]
+    assert info["group_size"] == {"encoder": 2, "decoder": 1}  # h = the teacher's GP h
+    assert info["teacher_gp_group_size"]["encoder"] == 2 and len(info["encoder_layers"]) == 2
+    log = (work / "student" / "train.log").read_text()
+    assert f"--finetune-from-model {work / 'student-init.pt'}" in log
+    meta = json.loads((work / "ct2-int8" / "deepnmt_export.json").read_text()) if (
+        work / "ct2-int8" / "deepnmt_export.json").exists() else None
+    rep = json.loads((work / "report" / "report.json").read_text())
+    assert rep["sizes"]["teacher"]["checkpoint"] == str(avg)
+    assert meta is None or meta["encoder_layers"] == 2
+    assert torch.is_tensor(init["model"]["encoder.layers.1.fc1.weight"])
+    assert "encoder.layers.2.fc1.weight" not in init["model"]
