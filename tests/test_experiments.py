@@ -916,3 +916,26 @@ def test_msc_hiertrans_is_a_cited_row_that_says_why_it_is_not_built():
     assert "not implemented by the plugin" in row.note and "sentence-level and a document-level" in row.note
     text = tables_render("msc-t6")
     assert "(no command)" in text and "cannot be built from the description" in text
+
+
+# ------------------------------------------------------------------------------ issue 34: DeepNet and Admin rows
+def test_deepnet_and_admin_rows_train_their_papers_settings(capsys):
+    """DeepNet Table 1 rows: the DeepNorm architecture of each depth, DeepNet's huge-batch recipe
+    (lr 1.5e-3, 4K warm-up, 128 x 4096 tokens, dropout 0.4, weight decay 1e-4, 100K updates); Admin's
+    60L-12L rows: the Admin architecture, its released script's lr 1e-3 / 8K warm-up / 32K tokens."""
+    from deepnmt_fairseq.models.architectures import PAPER_ROWS
+
+    argv = _train_argv("deepnet-wmt-ende-100L-100L", gpus=8)
+    assert (_flag(argv, "--arch"), _flag(argv, "--lr"), _flag(argv, "--warmup-updates"), _flag(argv, "--dropout"),
+            _flag(argv, "--weight-decay"), _flag(argv, "--max-update")) == \
+        ("deepnorm_wmt_base_100l", "0.0015", "4000", "0.4", "0.0001", "100000")
+    assert int(_flag(argv, "--max-tokens")) * int(_flag(argv, "--update-freq")) * 8 == 128 * 4096
+    assert PAPER_ROWS["deepnorm_wmt_base_100l"][0].startswith("DeepNet")
+    admin = _train_argv("admin-wmt14-enfr-60L-12L", gpus=8)
+    assert (_flag(admin, "--arch"), _flag(admin, "--lr"), _flag(admin, "--warmup-updates"),
+            _flag(admin, "--max-epoch")) == ("admin_wmt_base_60_12", "0.001", "8000", "50")
+    assert int(_flag(admin, "--max-tokens")) * int(_flag(admin, "--update-freq")) * 8 == 32768
+    rows = {r.experiment: r.paper.get("bleu") for r in _table("admin-t1").rows}
+    assert rows["admin-wmt14-ende-60L-12L"] == 30.1 and rows["admin-wmt14-enfr-60L-12L"] == 43.8
+    out = _dry_run_lines(capsys, "show", "deepnet-wmt-ende-18L-18L")
+    assert "WMT-17" in out and "wmt14-en-de" in out  # the data difference is where a user sees it

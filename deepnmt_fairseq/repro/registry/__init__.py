@@ -3,7 +3,8 @@
 ``EXPERIMENTS`` (name -> :class:`~deepnmt_fairseq.repro.spec.Experiment`), ``TABLES`` (the papers'
 tables, rows pointing at experiments) and ``FIGURES`` (the papers' figures, deepnmt-repro plot).
 One module per paper adds its rows: :mod:`.msc` (Wei et al. 2020), :mod:`.bapna` (Bapna et al.
-2018), :mod:`.deep_decoder` (CAD/CRT), :mod:`.gpkd` (Li et al. 2021); :mod:`.common` holds what
+2018), :mod:`.deep_decoder` (CAD/CRT), :mod:`.gpkd` (Li et al. 2021), :mod:`.residual_scaling`
+(DeepNet and Admin, the deep post-norm baselines); :mod:`.common` holds what
 they share.  ``deepnmt-repro`` (and the wrappers scripts/train.sh, scripts/evaluate.sh) turn an
 entry into commands:
 
@@ -29,7 +30,7 @@ from typing import List
 
 from ...models.architectures import cad_defaults  # noqa: F401  (the model code's, not a copy)
 from ..spec import Table, experiments_of
-from . import bapna, deep_decoder, gpkd, msc
+from . import bapna, deep_decoder, gpkd, msc, residual_scaling
 from .common import (  # noqa: F401
     BAPNA, CR, DD, EXPERIMENTS, FIGURES, GPKD, MSC, arch_key, arch_name, exp_params, paper_params,
 )
@@ -37,7 +38,8 @@ from .deep_decoder import DD_BASE, OWN_PARAM_COUNTS  # noqa: F401
 from .gpkd import GPKD_PATIENCE  # noqa: F401
 
 # the papers in this order; a later paper's rows may point at an earlier paper's experiments
-TABLES: List[Table] = [*msc.tables(), *bapna.tables(), *deep_decoder.tables(), *gpkd.tables()]
+TABLES: List[Table] = [*msc.tables(), *bapna.tables(), *deep_decoder.tables(), *gpkd.tables(),
+                       *residual_scaling.tables()]
 
 
 def check_registry() -> None:

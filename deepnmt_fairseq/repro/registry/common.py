@@ -20,6 +20,8 @@ MSC = "Wei et al. 2020, Multiscale Collaborative Deep Models for NMT (MSC)"
 BAPNA = "Bapna et al. 2018, Training Deeper NMT Models with Transparent Attention"
 DD = "What Works and Doesn't Work, A Deep Decoder for NMT (CAD/CRT)"
 GPKD = "Li et al. 2021, Learning Light-Weight Translation Models from Deep Transformer (GPKD)"
+DEEPNET = "Wang et al. 2022, DeepNet: Scaling Transformers to 1,000 Layers (DeepNorm)"
+ADMIN = "Liu et al. 2020, Very Deep Transformers for Neural Machine Translation (Admin)"
 
 EXPERIMENTS: Dict[str, Experiment] = {}
 FIGURES: Dict[str, Figure] = {}
