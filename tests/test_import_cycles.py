@@ -1,0 +1,131 @@
+"""No import cycle among the project's own modules (issue 33).
+
+Reads every module of the packages (deepnmt_fairseq, deepnmt_deploy, deepnmt_data) and of
+benchmarks/ with :mod:`ast` (no import is executed), takes every import statement, at module
+level and inside functions alike, resolves it to a project module (``from .x import y`` is the
+submodule ``x.y`` when that is a module, else ``x``), and fails on a cycle, naming it.  A module's
+implicit import of its own parent package (Python imports ``a`` before ``a.b``) is not an edge:
+it is not something the code chose.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Dict, List, Set
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("deepnmt_fairseq", "deepnmt_deploy", "deepnmt_data")
+
+
+def _modules() -> Dict[str, Path]:
+    mods = {}
+    for pkg in PACKAGES:
+        for f in (REPO / pkg).rglob("*.py"):
+            parts = list(f.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            mods[".".join(parts)] = f
+    for f in (REPO / "benchmarks").glob("*.py"):  # run as scripts: their directory is on the path
+        mods[f.stem] = f
+    return mods
+
+
+def _resolve(name: str, mods: Dict[str, Path]) -> str:
+    """The longest prefix of ``name`` that is a project module ('' if none)."""
+    parts = name.split(".")
+    while parts:
+        cand = ".".join(parts)
+        if cand in mods:
+            return cand
+        parts.pop()
+    return ""
+
+
+def import_graph(mods: Dict[str, Path]) -> Dict[str, Set[str]]:
+    graph: Dict[str, Set[str]] = {}
+    for mod, path in mods.items():
+        is_pkg = path.name == "__init__.py"
+        package = mod if is_pkg else mod.rpartition(".")[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            targets: List[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".") if package else []
+                    base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                    prefix = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    prefix = node.module or ""
+                targets = [f"{prefix}.{a.name}" if prefix else a.name for a in node.names]
+            for t in targets:
+                hit = _resolve(t, mods)
+                if hit and hit != mod and not mod.startswith(hit + "."):  # not the implicit parent import
+                    edges.add(hit)
+        graph[mod] = edges
+    return graph
+
+
+def find_cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """Every strongly connected component with more than one module (Tarjan)."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on: Set[str] = set()
+    out: List[List[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_checker_finds_a_cycle_and_the_function_level_imports():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert find_cycles(graph) == [["a", "b", "c"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+    mods = _modules()
+    graph = import_graph(mods)
+    # a function-level import is an edge (deepnmt_fairseq.cli.param_counts imports the
+    # architectures inside default_vocab)
+    assert "deepnmt_fairseq.models.architectures" in graph["deepnmt_fairseq.cli.param_counts"]
+    # benchmarks import each other by top-level name
+    assert "fidelity_plan" in graph["fidelity_report"]
+
+
+def test_no_import_cycle_among_the_projects_modules():
+    cycles = find_cycles(import_graph(_modules()))
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_serving_and_data_packages_do_not_import_the_training_package():
+    graph = import_graph(_modules())
+    for mod, edges in graph.items():
+        if mod.startswith(("deepnmt_deploy", "deepnmt_data")):
+            bad = sorted(e for e in edges if e.startswith("deepnmt_fairseq"))
+            assert not bad, f"{mod} imports {bad}"
