@@ -83,7 +83,7 @@ def checkpoints(corpus, tmp_path_factory):
 def _student(corpus, root: Path, base: Path) -> Path:
     """deepnmt-extract-student's extraction (in-process) of a GP-trained RPR-only teacher."""
     from deepnmt_fairseq.checkpoint_safety import load_checkpoint
-    from deepnmt_fairseq.cli.extract_student import extract
+    from deepnmt_fairseq.modules.student_extraction import extract
 
     teacher = train_tiny(corpus, root / "teacher.pt",
                          [*BASE, *RPR_ONLY, "--gp-group-size", "2", "--gp-decoder-group-size", "2"],

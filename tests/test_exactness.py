@@ -342,7 +342,7 @@ def test_extracted_student_decodes_identically_after_save_and_load(data_bin, tmp
 
     from deepnmt_fairseq.checkpoint_safety import load_checkpoint
     from deepnmt_fairseq.cli.average_checkpoints import save_atomic
-    from deepnmt_fairseq.cli.extract_student import extract
+    from deepnmt_fairseq.modules.student_extraction import extract
 
     flags, enc_h, dec_h = STUDENTS[name]
     task = _fairseq_checkpoint(data_bin, flags, tmp_path / "teacher.pt")

@@ -5,7 +5,7 @@ import argparse
 import pytest
 import torch
 
-from deepnmt_fairseq.cli.extract_student import extract, remap_state, select_layers
+from deepnmt_fairseq.modules.student_extraction import extract, remap_state, select_layers
 from deepnmt_fairseq.modules.relative_position import RelativePositionEmbeddings, relative_buckets
 from fairseq_helpers import build_model, incremental_decode, random_batch, TINY
 

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from deepnmt_fairseq.cli.average_checkpoints import average, save_atomic
-from deepnmt_fairseq.cli.extract_student import extract
+from deepnmt_fairseq.modules.student_extraction import extract
 from deepnmt_fairseq.repro import registry as reg
 from deepnmt_fairseq.repro.spec import ExtractStage
 
