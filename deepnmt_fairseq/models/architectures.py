@@ -255,21 +255,35 @@ def _chen2018(args, big=False):
     (_wmt_big if big else _wmt_base)(args)
 
 
-def _register_transparent_wmt(layers):
-    @_arch(f"transparent_wmt_base_{layers}l", BAPNA, f"Table 1 (Transparent, {layers} encoder layers)",
-           _BAPNA_PARAMS[layers], key=("transparent_wmt_base", layers))
+def _register_bapna(layers, pre=False):
+    """Bapna et al. Table 1's transparent model and its plain baseline at one encoder depth.
+
+    The paper does not state the norm placement: "We use the latest version of the Transformer base
+    model, using the implementation from (Chen et al., 2018)" (Sec. 2.2).  Post-norm (``pre=False``,
+    the registry's reading) is the published Transformer's, under which "the deeper Transformer
+    encoders completely fail to train" can reproduce; pre-norm (``pre=True``: tensor2tensor's
+    transformer_base_v2 and later normalise each sub-layer's input) trains deep encoders (Wang et
+    al. 2019a), so on it the failing baseline may not reproduce: variant rows of the registry."""
+    reading = ", pre-norm reading" if pre else ""
+    kind = "Table 1 variant" if pre else "Table 1"
+    params = None if pre else _BAPNA_PARAMS[layers]
+    tr_family = "transparent_prenorm_wmt_base" if pre else "transparent_wmt_base"
+    plain_family = "prenorm_chen_wmt_base" if pre else "postnorm_wmt_base"
+
+    @_arch(f"{tr_family}_{layers}l", BAPNA, f"{kind} (Transparent, {layers} encoder layers{reading})", params,
+           key=(tr_family, layers))
     def fn(args):
         _set(args, deep_memory="transparent")
         _depth(args, layers, 6)
-        _norm(args, False)
+        _norm(args, pre)
         _chen2018(args)
         deep_base_architecture(args)
 
-    @_arch(f"postnorm_wmt_base_{layers}l", BAPNA, f"Table 1 (Baseline, {layers} encoder layers)",
-           _BAPNA_PARAMS[layers], key=("postnorm_wmt_base", layers))
+    @_arch(f"{plain_family}_{layers}l", BAPNA, f"{kind} (Baseline, {layers} encoder layers{reading})", params,
+           key=(plain_family, layers))
     def plain(args):
         _depth(args, layers, 6)
-        _norm(args, False)
+        _norm(args, pre)
         _chen2018(args)
         deep_base_architecture(args)
 
@@ -277,40 +291,8 @@ def _register_transparent_wmt(layers):
 
 
 for _n in (6, 12, 16, 20):
-    _register_transparent_wmt(_n)
-
-
-def _register_bapna_prenorm(layers):
-    """The other reading of Bapna et al.'s backbone.  The paper does not state the norm placement: "We use
-    the latest version of the Transformer base model, using the implementation from (Chen et al., 2018)"
-    (Sec. 2.2).  Post-norm (above) is the published Transformer's, under which "the deeper Transformer
-    encoders completely fail to train" can reproduce; pre-norm (tensor2tensor's transformer_base_v2 and
-    later normalise each sub-layer's input) trains deep encoders (Wang et al. 2019a), so on it the failing
-    baseline may not reproduce.  The registry runs Tables 1-2 post-norm and lists these as variant rows."""
-    @_arch(f"transparent_prenorm_wmt_base_{layers}l", BAPNA,
-           f"Table 1 variant (Transparent, {layers} encoder layers, pre-norm reading)", None,
-           key=("transparent_prenorm_wmt_base", layers))
-    def fn(args):
-        _set(args, deep_memory="transparent")
-        _depth(args, layers, 6)
-        _norm(args, True)
-        _chen2018(args)
-        deep_base_architecture(args)
-
-    @_arch(f"prenorm_chen_wmt_base_{layers}l", BAPNA,
-           f"Table 1 variant (Baseline, {layers} encoder layers, pre-norm reading)", None,
-           key=("prenorm_chen_wmt_base", layers))
-    def plain(args):
-        _depth(args, layers, 6)
-        _norm(args, True)
-        _chen2018(args)
-        deep_base_architecture(args)
-
-    return fn, plain
-
-
-for _n in (6, 12, 16, 20):
-    _register_bapna_prenorm(_n)
+    _register_bapna(_n)
+    _register_bapna(_n, pre=True)
 
 
 @_arch("postnorm_wmt_big_6l", BAPNA, "Table 1 (Baseline big, 6 layers)", 375)
