@@ -42,6 +42,10 @@ STOCHASTIC = {
     "msc": ["--deep-memory", "msc", "--msc-block-layers", "2", "--decoder-layers", "2", "--ssl-rate", "0.5",
             "--ssl-mode", "layer", "--gp-group-size", "2", "--cad-drop-depth", "1", "--cad-drop-ratio", "0.5",
             "--encoder-layerdrop", "0.25", "--rpr-max-relative-position", "2", "--dropout", "0.1"],
+    # Admin profiles on each rank's own first batch: the ranks' omegas (buffers, compared below) agree
+    # only because the profile's variances are averaged over the ranks
+    "admin": ["--admin", "--encoder-layers", "4", "--decoder-layers", "2", "--ssl-rate", "0.4", "--gp-group-size", "2",
+              "--cad-drop-depth", "1", "--cad-drop-ratio", "0.5", "--dropout", "0.1"],
 }
 CRT = ["--criterion", "collapse_reducing", "--label-smoothing", "0.1", "--ddr-alpha", "1.0", "--ald-alpha", "0.5"]
 LS = ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
@@ -169,6 +173,7 @@ def _check_identical_ranks(results, dump, crit_terms=()):
 @pytest.mark.parametrize("memory, ddp_backend", [
     ("msc", "c10d"),  # MSC + SSL layers + GP + CAD + LayerDrop + RPR + DDR + ALD, torch DDP without find_unused
     ("top", "legacy_ddp"),  # SSL sub-layers (both sides) + GP (both sides) + CAD + LayerDrop (both) + DDR + ALD
+    ("admin", "c10d"),  # Admin's profile on the first batch, all-reduced; with SSL, GP, CAD, DDR, ALD
 ])
 def test_two_ranks_train_every_stochastic_feature_and_stay_identical(data_bin, tmp_path, memory, ddp_backend):
     results, dump = train_distributed(data_bin, tmp_path, STOCHASTIC[memory], CRT, ddp_backend)
