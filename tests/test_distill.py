@@ -76,6 +76,33 @@ def test_model_flags_rebuild_the_teachers_model():
     assert args2.gp_group_size == 3 and args2.post_norm and args2.encoder_layers == 3
 
 
+def test_gpkd_stages_the_whole_procedure(tmp_path):
+    """GP teacher (two stages) -> averaged teacher -> SKD from it -> extraction with the teacher's h ->
+    student from the extracted weights, with the extracted depth and no GP/skipping -> its average."""
+    from deepnmt_fairseq.cli.average_checkpoints import save_atomic
+    from deepnmt_fairseq.modules.student_extraction import extract
+    from deepnmt_fairseq.distill.plan import gpkd_stages
+
+    flags = [*TINY, "--encoder-layers", "4", "--decoder-layers", "2"]
+    stages, paths = gpkd_stages(tmp_path, "DATA", "deepnmt_transformer", flags, 2, 1, ["--cpu"], stage1_updates=10,
+                                stage2_updates=20, student_updates=30, average=2, ssl_rate=0.3, device=["--cpu"])
+    by = {s.name: s for s in stages}
+    assert list(by) == ["teacher-stage1", "teacher-stage1-average", "teacher-stage2", "teacher-average", "skd",
+                        "extract", "student", "student-average"]
+    assert _opt(by["skd"].command(), "--teacher") == str(by["teacher-average"].output) == str(paths["teacher"])
+    assert _opt(by["extract"].command(), "--teacher") == str(paths["teacher"])
+    assert _opt(by["extract"].command(), "--encoder-group-size") == "2"  # h = the teacher's GP h
+    # the student's flags come from the extracted checkpoint, read when its stage starts
+    model, args = build_student("deepnmt_transformer", [*flags, "--gp-group-size", "2", "--ssl-rate", "0.3"], 40)
+    save_atomic(extract({"cfg": {"model": args}, "model": model.state_dict()}, 2, 1, "first"), str(paths["student_init"]))
+    argv = by["student"].command()
+    assert _opt(argv, "--encoder-layers") == "2" and _opt(argv, "--decoder-layers") == "2"
+    assert _opt(argv, "--gp-group-size") == "1" and _opt(argv, "--ssl-rate") == "0.0"  # a plain student
+    assert _opt(argv, "--finetune-from-model") == str(paths["student_init"])
+    assert argv[1] == str(paths["skd"]) and _opt(argv, "--max-update") == "30"
+    assert _opt(by["student-average"].command(), "--inputs") == str(paths["student_dir"])
+
+
 def test_settings_guard_refuses_other_settings(tmp_path):
     settings_guard(tmp_path, {"seed": 1, "teacher": "t.pt"})
     settings_guard(tmp_path, {"seed": 1, "teacher": "t.pt"})  # same settings: resume

@@ -154,6 +154,9 @@ def main(argv=None) -> int:
         return 0
     # what decides the outputs; not the device (a run moved between a GPU and a CPU node may resume)
     settings = {k: v for k, v in vars(a).items() if k not in ("work_dir", "cpu", "dry_run")}
+    for k in ("teacher", "data", "test_source", "test_reference", "bpe_codes", "spm_model"):
+        if settings.get(k):  # the same files, whichever directory the command is run from
+            settings[k] = str(Path(settings[k]).resolve())
     try:
         for flag in ("test_source", "test_reference"):
             if not Path(getattr(a, flag)).is_file():

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from .plan import (DEFAULT_TRAIN_ARGS, PlanError, Stage, average_stage, averaged_path, export_refusals,
-                   export_stage, extract_stage, extraction_group_sizes, model_flags_from_cfg, skd_stage, train_stage,
+                   export_stage, extract_stage, extraction_group_sizes, skd_stage, student_flags_of, train_stage,
                    transfer_init)
 
 # the scratch student's default depth cap: a student deeper than this is not "shallow"
@@ -139,7 +139,7 @@ def plan_distillation(c: DistillConfig) -> DistillPlan:
     import deepnmt_fairseq  # noqa: F401  (registers the plugin, allow-lists fairseq's classes)
 
     from ..checkpoint_safety import load_checkpoint
-    from ..cli.extract_student import _model_args, extract
+    from ..modules.student_extraction import extract, model_args as _model_args
 
     work, data, teacher = Path(c.work), Path(c.data), Path(c.teacher)
     if not data.is_dir():
@@ -174,9 +174,8 @@ def plan_distillation(c: DistillConfig) -> DistillPlan:
         except ValueError as err:
             raise PlanError(f"--student-init extract: the student cannot be extracted from {tfile}: {err}") from None
         s_cfg = _model_args(s_state)
-        s_cfg.ssl_rate = 0.0  # the student is a plain model of the new depth (no GP, no skipping)
         arch = t_arch
-        flags = model_flags_from_cfg(s_cfg, arch)
+        flags = student_flags_of(s_cfg, arch)  # the student is a plain model of the new depth (no GP, no skipping)
         notes.append(f"student: one layer per group of the teacher (h = {h_enc} encoder, {h_dec} decoder, "
                      f"--select {c.select}), {s_cfg.encoder_layers}-{s_cfg.decoder_layers} layers")
     else:

@@ -59,7 +59,9 @@ class Stage:
     command (the report)."""
 
     name: str
-    argv: List[str]
+    #: the command; or a function returning it, for a stage whose flags are read from an earlier
+    #: stage's output when it starts (the extracted student's architecture)
+    argv: "List[str] | Callable[[], List[str]]"
     output: Path
     marker: bool = False
     log: Optional[Path] = None
@@ -72,7 +74,12 @@ class Stage:
     def is_done(self) -> bool:
         return self.done_file().exists()
 
+    def command(self) -> List[str]:
+        return [str(c) for c in (self.argv() if callable(self.argv) else self.argv)]
+
     def command_line(self) -> str:
+        if callable(self.argv):
+            return f"({self.what}: its flags are read when it starts)"
         return " ".join(shlex.quote(str(c)) for c in self.argv) if self.argv else f"(in-process: {self.what})"
 
 
@@ -86,7 +93,7 @@ def extraction_group_sizes(cfg_model) -> Tuple[int, int]:
     GP-trained with, read from its own config (Li et al. 2021, 'Student Training': GP training
     with group size h makes each layer of a group stand in for the group).  (1, 1): trained
     without GP, nothing to extract."""
-    from ..cli.extract_student import teacher_group_sizes
+    from ..modules.student_extraction import teacher_group_sizes
 
     h = teacher_group_sizes(cfg_model)
     return h["encoder"], h["decoder"]
@@ -280,3 +287,53 @@ def transfer_init(teacher: Path, arch: str, flags: Sequence[str], data: Path, ou
     out_state["extra_state"] = extra
     save_atomic(out_state, str(out))
     return info
+
+
+def extracted_student_flags(student_init: Path, arch: Optional[str] = None) -> List[str]:
+    """fairseq-train flags of an extracted student (``deepnmt-extract-student`` output): the
+    teacher's architecture with the kept depths, GP off, no skipping (GPKD students are plain
+    models of the new depth)."""
+    from ..checkpoint_safety import load_checkpoint
+    from ..modules.student_extraction import model_args as _model_args
+
+    return student_flags_of(_model_args(load_checkpoint(str(student_init))), arch)
+
+
+def student_flags_of(extracted_cfg, arch: Optional[str] = None) -> List[str]:
+    """The flags of an extracted student's config (:func:`extracted_student_flags`; ``deepnmt-distill``
+    calls it on the in-memory extraction, before any work): skipping switched off."""
+    extracted_cfg.ssl_rate = 0.0
+    return model_flags_from_cfg(extracted_cfg, arch)
+
+
+def gpkd_stages(work: Path, data, arch: str, flags: Sequence, h_enc: int, h_dec: int, common: Sequence, *,
+                stage1_updates: int, stage2_updates: int, student_updates: int, average: int, ssl_rate: float = 0.0,
+                ssl_from_scratch: bool = False, restart_schedule: bool = False, patience: int = 3,
+                select: str = "random", seed: int = 1, device: Sequence = (), skd_args: Sequence = (),
+                student_args: Sequence = (), student_common: Optional[Sequence] = None) -> Tuple[List[Stage], dict]:
+    """The whole GPKD procedure (Li et al. 2021, Fig. 1): GP teacher in one or two stages, its
+    average, SKD data from the averaged teacher, one layer per group with the h the teacher was
+    GP-trained with, the student trained on the SKD data from the extracted weights
+    (``--finetune-from-model``: a new run with its own warm-up), and its average.  Returns
+    (stages, {"teacher", "skd", "student_init", "student_dir", "student"} paths)."""
+    work = Path(work)
+    stages, teacher = teacher_stages(work, data, arch, flags, h_enc, h_dec, common, stage1_updates, stage2_updates,
+                                     average, ssl_rate, ssl_from_scratch, restart_schedule, patience)
+    skd = work / "skd-bin"
+    stages.append(skd_stage(data, teacher, skd, device, skd_args))
+    init = work / "student-init.pt"
+    stages.append(extract_stage(teacher, h_enc, h_dec, init, select, seed))
+    s_dir = work / "student"
+    s_common = list(common if student_common is None else student_common)
+
+    def student_argv() -> List[str]:
+        return train_stage("student", skd, s_dir, arch, [*extracted_student_flags(init, arch), *student_args],
+                           student_updates, s_common, ["--finetune-from-model", init]).argv
+
+    stages.append(Stage("student", student_argv, s_dir, marker=True, log=s_dir / "train.log",
+                        what="train the student on the SKD data from the extracted weights"))
+    avg = average_stage("student-average", s_dir, average)
+    if avg is not None:
+        stages.append(avg)
+    return stages, {"teacher": teacher, "skd": skd, "student_init": init, "student_dir": s_dir,
+                    "student": averaged_path(s_dir, average)}

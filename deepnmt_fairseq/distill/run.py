@@ -72,7 +72,7 @@ class Runner:
         if st.call is not None:
             st.call()
         else:
-            self.command(st.argv, st.log, st.name)
+            self.command(st.command(), st.log, st.name)
         if st.marker:
             st.output.mkdir(parents=True, exist_ok=True)
             st.done_file().write_text(time.strftime("%Y-%m-%d %H:%M:%S\n"))
