@@ -134,6 +134,29 @@ def _distill(data_bin, work, teacher, *extra, raw=None):
                  *extra])
 
 
+def test_transparent_teacher_reaches_deployment_through_a_plain_student(data_bin, tmp_path):
+    """A transparent-attention teacher is refused by the exporter; its distillation plan is accepted:
+    the student is a plain pre-norm model of its width, started from its matching tensors."""
+    from fairseq.data import Dictionary
+
+    from deepnmt_fairseq.deploy.export import refusals
+    from deepnmt_fairseq.distill.pipeline import DistillConfig, plan_distillation
+
+    vocab = len(Dictionary.load(str(data_bin / "dict.tgt.txt")))
+    flags = [*TINY, "--encoder-layers", "4", "--decoder-layers", "2", "--deep-memory", "transparent"]
+    model, args = build_student("deepnmt_transformer", flags, vocab)
+    assert any("transparent attention" in why for why in refusals(model.eval(), args))
+    args.arch = "deepnmt_transformer"
+    teacher = tmp_path / "transparent.pt"
+    torch.save({"cfg": {"model": args, "task": {"data": str(data_bin)}}, "model": model.state_dict()}, teacher)
+    plan = plan_distillation(DistillConfig(work=tmp_path / "w", data=data_bin, teacher=teacher, average=1,
+                                           student_updates=4, cpu=True))
+    assert plan.init == "teacher" and "--deep-memory" not in plan.student_flags
+    assert _opt(plan.student_flags, "--encoder-layers") == "4" and _opt(plan.student_flags, "--encoder-embed-dim") == "16"
+    assert [s.name for s in plan.stages] == ["skd", "transfer", "student", "export"]  # average 1: checkpoint_last
+    assert not (tmp_path / "w").exists()  # planning writes nothing
+
+
 def test_missing_teacher_names_the_flag(data_bin, tmp_path, capsys):
     assert _distill(data_bin, tmp_path / "w", tmp_path / "nope.pt") == 2
     assert "--teacher" in capsys.readouterr().err and not (tmp_path / "w").exists()

@@ -310,7 +310,8 @@ def gpkd_stages(work: Path, data, arch: str, flags: Sequence, h_enc: int, h_dec:
                 stage1_updates: int, stage2_updates: int, student_updates: int, average: int, ssl_rate: float = 0.0,
                 ssl_from_scratch: bool = False, restart_schedule: bool = False, patience: int = 3,
                 select: str = "random", seed: int = 1, device: Sequence = (), skd_args: Sequence = (),
-                student_args: Sequence = (), student_common: Optional[Sequence] = None) -> Tuple[List[Stage], dict]:
+                student_args: Sequence = (), student_common: Optional[Sequence] = None,
+                student_arch: Optional[str] = None) -> Tuple[List[Stage], dict]:
     """The whole GPKD procedure (Li et al. 2021, Fig. 1): GP teacher in one or two stages, its
     average, SKD data from the averaged teacher, one layer per group with the h the teacher was
     GP-trained with, the student trained on the SKD data from the extracted weights
@@ -327,7 +328,8 @@ def gpkd_stages(work: Path, data, arch: str, flags: Sequence, h_enc: int, h_dec:
     s_common = list(common if student_common is None else student_common)
 
     def student_argv() -> List[str]:
-        return train_stage("student", skd, s_dir, arch, [*extracted_student_flags(init, arch), *student_args],
+        s_arch = student_arch or arch
+        return train_stage("student", skd, s_dir, s_arch, [*extracted_student_flags(init, s_arch), *student_args],
                            student_updates, s_common, ["--finetune-from-model", init]).argv
 
     stages.append(Stage("student", student_argv, s_dir, marker=True, log=s_dir / "train.log",

@@ -36,7 +36,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List
 
 # its rate is computed from the unrounded time (the seconds printed are rounded to 0.1 s)
 _TRANSLATE = re.compile(r"deepnmt-translate: (\d+) lines, (\d+) target tokens in ([\d.]+) s \((\d+) tok/s\)")
@@ -251,7 +251,7 @@ def _mb(b: int) -> str:
 
 def markdown(rep: dict) -> str:
     s = rep["systems"]
-    lines = [f"# Distillation report", "",
+    lines = ["# Distillation report", "",
              f"Raw test set: {rep['test']['source']} ({rep['test']['sentences']} sentences; one at a time: "
              f"{rep['test']['single_sentences']} of them, evenly spread in length order). Search: beam "
              f"{rep['search']['beam']}, lenpen {rep['search']['lenpen']}, max length {rep['search']['max_len_a']} x "
