@@ -10,11 +10,15 @@ Steps (each is skipped when its output is complete; nothing is overwritten):
   4. average the last checkpoints (deepnmt-average-checkpoints);
   5. fairseq-generate on the test split (beam 5, no sentence dropped);
   6. detokenize and score with sacreBLEU, next to a copy-the-source baseline;
-  7. deployment (with the deploy extra, CTranslate2): the MSC model cannot be exported (its
-     decoder reads encoder blocks and context states), so a pre-norm model of the same depths,
-     trained with the same settings, is exported int8 (deepnmt-export-ct2) and translates the
-     raw test set (deepnmt-translate); its sacreBLEU and speed are printed beside its
-     fairseq-generate's.  --deploy off skips the step.
+  7. train deep, serve shallow (with the deploy extra, CTranslate2): the MSC model cannot be
+     exported (its decoder reads encoder blocks and context states), so deepnmt-distill distils
+     *this* MSC model into a pre-norm student of the same width and depths: SKD data from the
+     averaged MSC teacher (greedy), the student started from the teacher's matching weights and trained on
+     it with the same settings for half the updates, exported int8
+     (deepnmt-export-ct2) and served by deepnmt-translate on the raw test set; its report
+     (work/distill/report/report.{md,json}) compares teacher and served student: sacreBLEU and
+     tokens/s, batched and one sentence at a time, in one run (docs/distill.md).  --deploy off
+     skips the step.
 
 A re-run with the same settings only prints the results; a re-run with other
 settings refuses to touch the existing work directory (use a new --work-dir).
@@ -24,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import hashlib
 import importlib.util
 import json
 import logging
@@ -124,13 +127,10 @@ def prepare(work: Path, bpe_merges: int, train_pairs: int | None = None, data: P
 
 
 # ---------------------------------------------------------------- step 3-4
-def model_flags(a, prenorm: bool = False) -> list:
-    """The quickstart's MSC model; ``prenorm``: the plain pre-norm stack of the same depths
-    (N * M encoder layers, N decoder layers), which CTranslate2 can run."""
-    depth = (["--encoder-layers", str(a.blocks * a.block_layers)] if prenorm
-             else ["--deep-memory", "msc", "--msc-block-layers", str(a.block_layers)])
+def model_flags(a) -> list:
+    """The quickstart's MSC model (N blocks of M encoder layers, N decoder layers)."""
     return [
-        "--arch", "deepnmt_transformer", *depth,
+        "--arch", "deepnmt_transformer", "--deep-memory", "msc", "--msc-block-layers", str(a.block_layers),
         "--decoder-layers", str(a.blocks), "--share-all-embeddings",
         "--encoder-embed-dim", str(a.dim), "--decoder-embed-dim", str(a.dim),
         "--encoder-ffn-embed-dim", str(2 * a.dim), "--decoder-ffn-embed-dim", str(2 * a.dim),
@@ -139,7 +139,15 @@ def model_flags(a, prenorm: bool = False) -> list:
     ]
 
 
-def train(work: Path, bin_dir: Path, a, prenorm: bool = False) -> Path:
+def train_flags(a) -> list:
+    """The optimization flags of every model the quickstart trains (the MSC teacher, the student)."""
+    return ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+            "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
+            "--lr", str(a.lr), "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(a.warmup),
+            "--max-tokens", str(a.max_tokens)]
+
+
+def train(work: Path, bin_dir: Path, a) -> Path:
     ckpt = work / "checkpoints"
     avg = ckpt / "checkpoint_avg.pt"
     if avg.exists():
@@ -147,11 +155,8 @@ def train(work: Path, bin_dir: Path, a, prenorm: bool = False) -> Path:
         return avg
     ckpt.mkdir(parents=True, exist_ok=True)
     if not done(ckpt):
-        run(["fairseq-train", bin_dir, "--user-dir", REPO / "deepnmt_fairseq", *model_flags(a, prenorm),
-             "--task", "translation", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-             "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
-             "--lr", str(a.lr), "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(a.warmup),
-             "--max-tokens", str(a.max_tokens), "--max-update", str(a.max_update),
+        run(["fairseq-train", bin_dir, "--user-dir", REPO / "deepnmt_fairseq", *model_flags(a),
+             "--task", "translation", *train_flags(a), "--max-update", str(a.max_update),
              "--save-dir", ckpt, "--save-interval-updates", str(a.save_every), "--keep-interval-updates",
              str(a.average), "--keep-last-epochs", str(a.average), "--validate-after-updates", str(max(0, a.max_update - 3 * a.save_every)),
              "--log-format", "simple", "--log-interval", "25", "--seed", str(a.seed), "--cpu",
@@ -228,54 +233,44 @@ def deployment_note(model: Path, bin_dir: Path) -> str:
         return f"CTranslate2 export: not checked ({type(e).__name__}: {e})"
     if why:
         return (f"CTranslate2 export: not exportable ({why[0].split(':')[0]}: its decoder reads encoder blocks "
-                f"and context states); deploy a pre-norm or RPR-only GPKD student, README 'Deployment'")
+                f"and context states); step 7 distils it into an exportable student (deepnmt-distill, docs/distill.md)")
     return f"CTranslate2 export: deepnmt-export-ct2 {model} OUT_DIR --quantization int8"
 
 
 # ---------------------------------------------------------------- step 7
-def deploy(work: Path, bin_dir: Path, a) -> dict:
-    """A pre-norm model of the quickstart's depths, trained and evaluated like the MSC model,
-    exported int8 to CTranslate2 and run by deepnmt-translate on the raw test sentences."""
-    import sacrebleu
-
-    d = work / "deploy"
-    results = d / "results.json"
-    if results.exists():
-        return json.loads(results.read_text())
-    d.mkdir(parents=True, exist_ok=True)
-    model = train(d, bin_dir, a, prenorm=True)
-    fs = evaluate(work, bin_dir, model, a, out_dir=d / "eval")
-    ct2 = d / "ct2-int8"
-    if not (ct2 / ".done").exists():
-        run(["deepnmt-export-ct2", model, ct2, "--quantization", "int8", "--data", bin_dir,
-             "--bpe-codes", work / "tok" / "bpe.codes", "--force"])
-        mark(ct2)
-    tok = work / "tok"
-    hyp = d / f"test.ct2.{TGT}"
-    log_file = d / "translate.log"
-    with open(log_file, "w", encoding="utf-8") as err:
-        run(["deepnmt-translate", "--model", ct2, "--input", tok / f"test.raw.{SRC}", "--output", hyp,
-             "--beam", "5", "--lenpen", "1.0", "--batch-size", "64", "--max-len-a", "1.2", "--max-len", str(a.max_len_b),
-             "--no-progress"], stderr=err)
-    m = re.search(r"(\d+) lines, (\d+) target tokens in ([\d.]+) s", log_file.read_text(encoding="utf-8"))
-    refs = (tok / f"test.raw.{TGT}").read_text(encoding="utf-8").splitlines()
-    out = hyp.read_text(encoding="utf-8").splitlines()
-    if not m or len(out) != len(refs):
-        raise SystemExit(f"deepnmt-translate wrote {len(out)} lines for {len(refs)} test sentences ({log_file})")
-    res = {"fairseq": fs, "ct2_int8_sacrebleu": round(sacrebleu.corpus_bleu(out, [refs]).score, 2),
-           "ct2_int8_tokens_per_s": round(int(m[2]) / max(float(m[3]), 1e-9), 1), "ct2_model": str(ct2),
-           "ct2_translations": str(hyp)}
-    results.write_text(json.dumps(res, indent=2) + "\n")
-    return res
+def deploy(work: Path, bin_dir: Path, model: Path, a) -> dict:
+    """Train deep, serve shallow: deepnmt-distill from the quickstart's own MSC model (the teacher)
+    to a served int8 student of the same width and depths; returns its report."""
+    d = work / "distill"
+    report = d / "report" / "report.json"
+    if not report.exists():
+        tok = work / "tok"
+        run(["deepnmt-distill", "--teacher", model, "--data", bin_dir, "--work-dir", d,
+             "--test-source", tok / f"test.raw.{SRC}", "--test-reference", tok / f"test.raw.{TGT}",
+             "--bpe-codes", tok / "bpe.codes",
+             "--student-args", "--attention-dropout 0.0",  # as the teacher (model_flags)
+             # greedy SKD (GPKD uses beam 4): a third of the time on 2 cores; the student starts from
+             # the teacher's weights, so the targets' small loss in quality matters less
+             "--skd-args", "--beam 1 --batch-size 128",
+             "--train-args", " ".join(f"'{x}'" if " " in x else x for x in train_flags(a)),
+             # half the teacher's updates: the student starts from the teacher's weights, and the whole
+             # quickstart stays within 20 minutes on 2 cores (docs/distill.md)
+             "--student-updates", max(a.max_update // 2, a.average * a.save_every), "--save-interval-updates", a.save_every,
+             "--average", a.average,
+             "--seed", a.seed, "--beam", "5", "--lenpen", "1.0", "--max-len-a", "1.2", "--max-len-b", a.max_len_b,
+             "--cpu"])
+    return json.loads(report.read_text())
 
 
-def deploy_line(res: dict) -> str:
-    fs = res["fairseq"]
-    ratio = (f", {res['ct2_int8_tokens_per_s'] / fs['tokens_per_s']:.1f}x fairseq-generate's speed"
-             if fs.get("tokens_per_s") else "")
-    return (f"exported (MSC is not exportable; a pre-norm model of the same depths, same settings): CTranslate2 "
-            f"int8 sacreBLEU {res['ct2_int8_sacrebleu']} at {res['ct2_int8_tokens_per_s']:.0f} tok/s, fairseq-generate "
-            f"{fs['sacrebleu']} at {fs['tokens_per_s'] or 0:.0f} tok/s{ratio} ({res['ct2_model']})")
+def deploy_line(rep: dict) -> str:
+    s, sm = rep["systems"], rep["summary"]
+    t, f, c = s["teacher fairseq-generate"], s["student fairseq-generate"], s["student deepnmt-translate"]
+    loaded = " (measured on a loaded machine)" if rep["loaded_machine"] else ""
+    return (f"served student (MSC teacher distilled by deepnmt-distill, CTranslate2 {rep['sizes']['served']['quantization']}): "
+            f"sacreBLEU {c['sacrebleu']} (teacher {t['sacrebleu']}, student with fairseq-generate {f['sacrebleu']}); "
+            f"{c['batched']['tokens_per_s']:.0f} tok/s batched, {c['single']['tokens_per_s']:.0f} one sentence at a time "
+            f"= {sm['speedup_batched']}x / {sm['speedup_single']}x the teacher's fairseq-generate "
+            f"({t['batched']['tokens_per_s']:.0f} / {t['single']['tokens_per_s']:.0f} tok/s){loaded}")
 
 
 def main(argv=None) -> int:
@@ -295,7 +290,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--max-len-b", type=int, default=10, help="hypotheses are at most 1.2*src_len + b tokens")
     p.add_argument("--deploy", choices=["auto", "on", "off"], default="auto",
-                   help="step 7, the CTranslate2 export of a pre-norm model (auto: when the deploy extra is installed)")
+                   help="step 7, the MSC model distilled into a served CTranslate2 student (auto: when the deploy "
+                        "extra is installed)")
     a = p.parse_args(argv)
     # the in-process model loads (deployment note) import fairseq, one of whose modules calls
     # logging.basicConfig(level=DEBUG): configure the root logger first, quietly
@@ -325,7 +321,8 @@ def main(argv=None) -> int:
     print(f"model:        {res['model']}")
     print(deployment_note(Path(res["model"]), bin_dir))
     if a.deploy == "on" or (a.deploy == "auto" and importlib.util.find_spec("ctranslate2") is not None):
-        print(deploy_line(deploy(work, bin_dir, a)))
+        print(deploy_line(deploy(work, bin_dir, Path(res["model"]), a)))
+        print(f"report:       {work / 'distill' / 'report' / 'report.md'}")
     elif a.deploy == "auto":
         print("step 7 (CTranslate2 export) skipped: pip install '.[deploy]' to run it")
     print(f"results:      {work / 'eval' / 'results.json'}  ({time.time() - t0:.0f} s this run)")

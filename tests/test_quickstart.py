@@ -31,21 +31,29 @@ def test_quickstart_smoke_and_rerun(tmp_path):
     assert len(hyp_lines) == 1059  # every test sentence translated, in order
     assert "sacreBLEU" in first.stdout and "copy-the-source baseline" in first.stdout
     assert (work / "checkpoints" / "checkpoint_avg.pt").exists()
-    # step 7 (the deploy extra is installed by the test setup): the pre-norm model of the same
-    # depths, exported int8, translates every raw test sentence in order
-    dep = json.loads((work / "deploy" / "results.json").read_text())
-    assert "exported (MSC is not exportable" in first.stdout and f"int8 sacreBLEU {dep['ct2_int8_sacrebleu']}" in first.stdout
-    assert len(Path(dep["ct2_translations"]).read_text(encoding="utf-8").splitlines()) == 1059
-    assert dep["ct2_int8_tokens_per_s"] > 0 and dep["fairseq"]["tokens_per_s"] > 0
-    assert dep["fairseq"]["sentences"] == 1059
-    train_cmds = [ln for ln in first.stdout.splitlines() if "fairseq-train" in ln]
+    # step 7 (the deploy extra is installed by the test setup): deepnmt-distill distils the
+    # quickstart's own MSC model into a pre-norm student, exported int8, which translates every
+    # raw test sentence in order; the report compares them in one run
+    rep = json.loads((work / "distill" / "report" / "report.json").read_text())
+    served = rep["systems"]["student deepnmt-translate"]
+    teacher = rep["systems"]["teacher fairseq-generate"]
+    assert rep["sizes"]["teacher"]["checkpoint"] == str(work / "checkpoints" / "checkpoint_avg.pt")
+    assert f"sacreBLEU {served['sacrebleu']} (teacher {teacher['sacrebleu']}" in first.stdout
+    assert served["batched"]["sentences"] == 1059 and rep["test"]["sentences"] == 1059
+    assert len((work / "distill" / "report" / "student.deepnmt-translate.txt").read_text(
+        encoding="utf-8").splitlines()) == 1059
+    assert served["batched"]["tokens_per_s"] > 0 and teacher["single"]["tokens_per_s"] > 0
+    assert (work / "distill" / "skd-bin" / ".done").exists() and (work / "distill" / "ct2-int8" / ".done").exists()
+    train_cmds = [ln for ln in first.stdout.splitlines() if "$ " in ln and "fairseq-train " in ln]
     assert len(train_cmds) == 2 and "--deep-memory msc" in train_cmds[0] and "--deep-memory" not in train_cmds[1]
+    assert "skd-bin" in train_cmds[1]  # the student learns from the MSC teacher's translations
 
     stamp = (work / "checkpoints" / "checkpoint_avg.pt").stat().st_mtime
     t0 = time.time()
     again = _run(work)
     assert again.returncode == 0
-    assert "fairseq-train" not in again.stdout  # nothing redone
+    assert not [ln for ln in again.stdout.splitlines()  # nothing redone
+                if "$ " in ln and ("fairseq-train " in ln or "fairseq-generate " in ln)]
     assert (work / "checkpoints" / "checkpoint_avg.pt").stat().st_mtime == stamp
     assert time.time() - t0 < 30
 

@@ -11,7 +11,9 @@ setting on a 2-vCPU machine (docs/deployment.md):
 
 * fairseq-generate with 2 torch threads (``OMP_NUM_THREADS=2``): batches of ``batch_size``
   sentences over the whole test set, its own "Translated ... tokens" count and timer (model
-  loading excluded);
+  loading excluded).  When the machine is already loaded as the measurement starts (load
+  average >= cores) fairseq gets 1 thread instead: there OpenMP's spinning makes 2 threads many
+  times slower (benchmarks/deploy_speed.py probes the same choice); the report states it;
 * ``deepnmt-translate``: batched with ``--inter-threads 2 --intra-threads 1``, one sentence at a
   time with ``--intra-threads 1``; its own count and timer (tokenization and detokenization
   included: what a user gets);
@@ -89,8 +91,10 @@ class Measure:
 
         self.r, self.log, self.exe = r, runner_log, exe
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # fairseq's torch threads, chosen once for every fairseq measurement (module doc)
+        self.threads = 1 if load_now()["loaded"] else 2
         if r.cpu:  # each engine at its best thread setting on the CPU (module doc)
-            env.update(OMP_NUM_THREADS="2", MKL_NUM_THREADS="2")
+            env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
         self.env = child_env(env)
         self.tmp = r.out
         self.tmp.mkdir(parents=True, exist_ok=True)
@@ -125,7 +129,9 @@ class Measure:
         return {"hyps": parsed["hyps"], "tokens": parsed["gen_tokens"], "seconds": parsed["decode_seconds"],
                 "tokens_per_s": round(parsed["gen_tokens"] / max(parsed["decode_seconds"], 1e-9), 1),
                 "sentences": len(parsed["hyps"]), "load": load,
-                "setting": ("fairseq-generate, " + ("2 torch threads, " if r.cpu else "GPU, ")
+                "setting": ("fairseq-generate, " + (f"{self.threads} torch thread{'s' if self.threads > 1 else ''}"
+                                                    f"{' (machine loaded)' if self.threads == 1 else ''}, "
+                                                    if r.cpu else "GPU, ")
                             + ("one sentence at a time" if single else f"batches of {r.batch_size}"))}
 
     def ct2(self, name: str, source: Path, single: bool) -> dict:

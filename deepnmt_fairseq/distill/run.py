@@ -19,6 +19,12 @@ from .plan import Stage
 PROGRESS = re.compile(r"\bepoch \d+|done training|valid on|\[skd |Translated \d|error|Error|Traceback|exported ")
 
 
+# the package's own quick commands run in this process (no second interpreter and fairseq import,
+# which take half a minute on a loaded 2-core machine): console script -> module with main(argv)
+IN_PROCESS = {"deepnmt-average-checkpoints": "deepnmt_fairseq.cli.average_checkpoints",
+              "deepnmt-extract-student": "deepnmt_fairseq.cli.extract_student"}
+
+
 class RunError(RuntimeError):
     """A stage failed; the message names the stage, its command and its log."""
 
@@ -84,6 +90,14 @@ class Runner:
         a resumed stage keeps its history) and its progress lines to the console."""
         from ..console import exe
 
+        if str(argv[0]) in IN_PROCESS:
+            import importlib
+
+            self.log("$ " + " ".join(_quote(str(c)) for c in argv))
+            rc = importlib.import_module(IN_PROCESS[str(argv[0])]).main([str(a) for a in argv[1:]])
+            if rc:
+                raise RunError(f"stage {name}: {argv[0]} failed (exit {rc})")
+            return
         cmd = [exe(str(argv[0]))] + [str(a) for a in argv[1:]]
         self.log("$ " + " ".join(_quote(c) for c in [str(argv[0]), *cmd[1:]]))
         if log is None:
