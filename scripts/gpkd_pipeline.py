@@ -31,6 +31,9 @@ Stages (each skipped when its output exists; an interrupted stage resumes):
   7. evaluation: fairseq-generate on the test split for (baseline,) teacher and student,
      BLEU written to results.json.
 
+The procedure is deepnmt_fairseq.distill.plan.gpkd_stages, the project's one GPKD planner
+(docs/distill.md); this script parses its options, prepares the data and scores the models.
+
 Where the paper is silent (docs/reproduction.md, "GPKD procedure"): the patience (3
 validations, one per epoch), the cap of each stage (--teacher-updates for stage 1,
 --stage2-updates in all), averaging 5 checkpoints, early stopping on fairseq's
@@ -65,64 +68,15 @@ def log(msg):
     print(f"[gpkd {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def run(cmd, **kw):
-    """``cmd``: a console script of this environment by name (``fairseq-train``...), then its arguments."""
-    # exe: the script beside this interpreter; child_env: the known-harmless warnings of fairseq's children
-    from deepnmt_fairseq.console import child_env, exe
-
-    cmd = [exe(str(cmd[0]))] + [str(c) for c in cmd[1:]]
-    log("$ " + " ".join(shlex.quote(c) for c in cmd))
-    subprocess.run(cmd, check=True, env=child_env(), **kw)
-
-
-def tool(cmd):
-    """One of the package's own console scripts, run in this process (no second interpreter start):
-    ``cmd[0]`` = (script name, module in deepnmt_fairseq.cli)."""
-    import importlib
-
-    (name, module), args = cmd[0], [str(c) for c in cmd[1:]]
-    log("$ " + " ".join(shlex.quote(c) for c in [name, *args]))
-    rc = importlib.import_module(f"deepnmt_fairseq.cli.{module}").main(args)
-    if rc:
-        raise SystemExit(f"{name} failed (exit {rc})")
-
-
-def train(data, save: Path, arch, flags, max_update, common, extra=()):
-    if (save / ".done").exists():
-        log(f"{save.name}: trained earlier")
-        return
-    save.mkdir(parents=True, exist_ok=True)
-    try:
-        with open(save / "train.log", "a", encoding="utf-8") as logf:
-            run(["fairseq-train", data, "--user-dir", USER_DIR, "--arch", arch, *flags,
-                 "--max-update", max_update, "--save-dir", save, *common, *extra], stdout=logf,
-                stderr=subprocess.STDOUT)
-    except subprocess.CalledProcessError as err:
-        tail = (save / "train.log").read_text(encoding="utf-8", errors="replace")[-4000:]
-        raise SystemExit(f"{save.name}: fairseq-train failed (exit {err.returncode}); end of {save / 'train.log'}:\n"
-                         f"{tail}") from None
-    (save / ".done").write_text("ok\n")
-
-
-def averaged(stage_dir: Path, k: int, keep_training_state: bool = False) -> Path:
-    """The stage's model: the average of its last k checkpoints, epoch or interval (checkpoint_last.pt for k <= 1).
-    ``keep_training_state``: also the newest checkpoint's optimizer state and update count, for
-    ``--continue-once`` (``checkpoint_avgK.resume.pt``)."""
-    if k <= 1:
-        return stage_dir / "checkpoint_last.pt"
-    out = stage_dir / (f"checkpoint_avg{k}.resume.pt" if keep_training_state else f"checkpoint_avg{k}.pt")
-    if not out.exists():
-        tool([("deepnmt-average-checkpoints", "average_checkpoints"), "--inputs", stage_dir, "--num-checkpoints", k,
-              "--output", out, *(["--keep-training-state"] if keep_training_state else [])])
-    return out
-
-
 def bleu(data, ckpt: Path, out: Path, gen_args, cpu):
     if not out.exists():
         with open(out.with_suffix(".partial"), "w") as f:
-            run(["fairseq-generate", data, "--user-dir", USER_DIR, "--path", ckpt,
-                 "--gen-subset", "test", "--required-batch-size-multiple", "1", "--remove-bpe",
-                 *gen_args, *(["--cpu"] if cpu else [])], stdout=f)
+            from deepnmt_fairseq.console import child_env, exe
+
+            cmd = [exe("fairseq-generate"), str(data), "--user-dir", USER_DIR, "--path", str(ckpt), "--gen-subset",
+                   "test", "--required-batch-size-multiple", "1", "--remove-bpe", *gen_args, *(["--cpu"] if cpu else [])]
+            log("$ " + " ".join(shlex.quote(c) for c in cmd))
+            subprocess.run(cmd, check=True, env=child_env(), stdout=f)
         out.with_suffix(".partial").replace(out)
     import sacrebleu
 
@@ -178,6 +132,7 @@ def main(argv=None):
     p.add_argument("--skd-shards", type=int, default=1)
     p.add_argument("--cpu", action="store_true")
     p.add_argument("--tiny", action="store_true", help="CPU smoke test on the embedded corpus")
+    p.add_argument("--dry-run", action="store_true", help="print the stages and their commands, run nothing")
     a = p.parse_args(argv)
     if a.ssl_from_scratch and a.ssl_rate <= 0:
         p.error("--ssl-from-scratch needs --ssl-rate > 0")
@@ -199,76 +154,60 @@ def main(argv=None):
     if a.data:
         data = Path(a.data)
     else:
-        import quickstart  # scripts/quickstart.py, next to this script
+        from deepnmt_fairseq import quickstart
 
         data = quickstart.prepare(work, 500 if a.tiny else 4000, 600 if a.tiny else None)
     # epoch checkpoints are kept: the models used downstream are averages of the last --average of them
     common = [*train_args, "--seed", "1", "--keep-last-epochs", str(max(a.average, 1)), "--log-format", "simple",
               "--log-interval", "20", *(["--cpu", "--num-workers", "0"] if a.cpu else [])]
-    early_stop = ["--patience", str(a.patience)] if a.patience > 0 else []
     depth = []
     if a.tiny:
         depth = ["--encoder-layers", str(2 * a.encoder_group_size), "--decoder-layers",
                  str(max(1, a.decoder_group_size))]
     base_flags = [*model_args, *shlex.split(a.teacher_args), *depth]
-    gp = ["--gp-group-size", str(a.encoder_group_size)] if a.encoder_group_size > 1 else []
-    if a.decoder_group_size > 1:
-        gp += ["--gp-decoder-group-size", str(a.decoder_group_size)]
-    ssl = ["--ssl-rate", str(a.ssl_rate)] if a.ssl_rate > 0 else []
     results = {}
+    from deepnmt_fairseq.checkpoint_safety import load_checkpoint
+    from deepnmt_fairseq.distill.plan import PlanError, average_stage, averaged_path, gpkd_stages, train_stage
+    from deepnmt_fairseq.distill.run import RunError, Runner
 
+    stages = []
     if a.plain_baseline:  # 0. the paper's baseline row: the deep model without GP, the Deep schedule
         b_dir = work / "baseline"
-        train(data, b_dir, a.teacher_arch, base_flags, t1_updates, common)
-        results["baseline_model"] = str(averaged(b_dir, a.average))
+        stages.append(train_stage("baseline", data, b_dir, a.teacher_arch, base_flags, t1_updates, common))
+        stages += [s for s in [average_stage("baseline-average", b_dir, a.average)] if s is not None]
+    # 1-6: the GPKD procedure, written once in deepnmt_fairseq.distill.plan (docs/distill.md)
+    try:
+        gpkd, paths = gpkd_stages(
+            work, data, a.teacher_arch, base_flags, a.encoder_group_size, a.decoder_group_size, common,
+            stage1_updates=t1_updates, stage2_updates=t2_updates, student_updates=student_updates,
+            average=a.average, ssl_rate=a.ssl_rate, ssl_from_scratch=a.ssl_from_scratch,
+            restart_schedule=a.restart_schedule, patience=a.patience, select=a.select,
+            device=["--cpu"] if a.cpu else [],
+            skd_args=["--shards", str(a.skd_shards),
+                      *(["--max-len-a", "0", "--max-len-b", "8", "--batch-size", "128"] if a.tiny else [])],
+            student_args=shlex.split(a.student_args), student_arch=a.student_arch)
+    except PlanError as err:
+        p.error(str(err))
+    if a.dry_run:
+        for i, st in enumerate([*stages, *gpkd], 1):
+            print(f"{i}. {st.name}{' (done)' if st.is_done() else ''}: {st.command_line()}")
+        return 0
+    try:
+        Runner("gpkd").run([*stages, *gpkd])
+    except RunError as err:
+        raise SystemExit(str(err)) from None
+    teacher, student_model = paths["teacher"], paths["student"]
+    s_cfg = load_checkpoint(str(paths["student_init"]))["cfg"]["model"]
+    if a.plain_baseline:
+        results["baseline_model"] = str(averaged_path(work / "baseline", a.average))
         if not a.no_eval:
             results["baseline_bleu"] = bleu(data, Path(results["baseline_model"]), work / "generate-baseline.txt",
                                             gen_args, a.cpu)
-
-    # 1. teacher stage 1: GP on, no skipping, early-stopped on the validation set
-    # (--ssl-from-scratch: skipping from update 0, Table 4 "Scratch", single stage)
-    s1_dir = work / "teacher-stage1"
-    s1_flags = [*base_flags, *gp, *(ssl if a.ssl_from_scratch else [])]
-    train(data, s1_dir, a.teacher_arch, s1_flags, t1_updates, common, early_stop)
-    t_dir = s1_dir
-    if ssl and not a.ssl_from_scratch:
-        # 2. teacher stage 2: skipping on (and GP), from stage 1's averaged model; the schedule goes on
-        t_dir = work / "teacher-stage2"
-        if a.restart_schedule:
-            init = ["--finetune-from-model", averaged(s1_dir, a.average)]
-        else:
-            init = ["--continue-once", averaged(s1_dir, a.average, keep_training_state=True)]
-        train(data, t_dir, a.teacher_arch, [*base_flags, *gp, *ssl], t2_updates, common, [*early_stop, *init])
-    teacher = averaged(t_dir, a.average)  # 3. the teacher model
-
-    # 4. SKD data from the averaged teacher
-    skd = work / "skd-bin"
-    run(["deepnmt-skd", "--data", data, "--teacher", teacher, "--output", skd, "--shards", a.skd_shards,
-         *(["--cpu"] if a.cpu else []),
-         *(["--max-len-a", "0", "--max-len-b", "8", "--batch-size", "128"] if a.tiny else [])])
-
-    # 5. one layer per group, with the h the teacher was GP-trained with
-    student = work / "student-init.pt"
-    if not student.exists():
-        extra = ["--decoder-group-size", str(a.decoder_group_size)] if a.decoder_group_size > 1 else []
-        tool([("deepnmt-extract-student", "extract_student"), "--teacher", teacher, "--encoder-group-size",
-              a.encoder_group_size, *extra, "--select", a.select, "--output", student])
-    from deepnmt_fairseq.checkpoint_safety import load_checkpoint
-
-    s_cfg = load_checkpoint(str(student))["cfg"]["model"]
-    # the student is a plain model of the new depth (no GP, no skipping), as the registry's students
-    student_flags = [*model_args, "--encoder-layers", str(s_cfg.encoder_layers), "--decoder-layers",
-                     str(s_cfg.decoder_layers), *shlex.split(a.student_args)]
-    s_dir = work / "student"
-    # 6. the student: a new training run on the SKD data from the extracted weights
-    train(skd, s_dir, a.student_arch or a.teacher_arch, student_flags, student_updates, common,
-          ["--finetune-from-model", student])
-
     # 7. evaluation
-    student_model = averaged(s_dir, a.average)
     if not a.no_eval:
         results["teacher_bleu"] = bleu(data, teacher, work / "generate-teacher.txt", gen_args, a.cpu)
         results["student_bleu"] = bleu(data, student_model, work / "generate-student.txt", gen_args, a.cpu)
+    s1_dir, t_dir = work / "teacher-stage1", Path(teacher).parent
     results.update({
         "student_model": str(student_model),
         "student_layers": [s_cfg.encoder_layers, s_cfg.decoder_layers],

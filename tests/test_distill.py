@@ -264,3 +264,36 @@ def test_gp_teacher_extraction_from_the_averaged_teacher(data_bin, teachers, tmp
     assert meta is None or meta["encoder_layers"] == 2
     assert torch.is_tensor(init["model"]["encoder.layers.1.fc1.weight"])
     assert "encoder.layers.2.fc1.weight" not in init["model"]
+
+
+# ---------------------------------------------------------------- scripts/gpkd_pipeline.py: a thin wrapper
+def _gpkd_dry_run(tmp_path, *extra):
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    return subprocess.run([sys.executable, str(repo / "scripts" / "gpkd_pipeline.py"), "--dry-run", "--tiny",
+                           "--data", str(tmp_path / "data"), "--work-dir", str(tmp_path / "w"), "--teacher-arch",
+                           "rpr_base_6_6", "--encoder-group-size", "2", *extra], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_gpkd_pipeline_restart_schedule_and_ssl_from_scratch(tmp_path):
+    """scripts/gpkd_pipeline.py plans with deepnmt_fairseq.distill.plan (its options pass through):
+    two-stage skipping continues stage 1's averaged state; --restart-schedule warms up again from
+    stage 1's plain average; --ssl-from-scratch is one stage with skipping from update 0."""
+    def stages(res):
+        assert res.returncode == 0, res.stderr[-3000:]
+        return {ln.split(":", 1)[0].split(". ", 1)[1]: ln for ln in res.stdout.splitlines() if ". " in ln[:4]}
+
+    two = stages(_gpkd_dry_run(tmp_path, "--ssl-rate", "0.4"))
+    assert list(two) == ["teacher-stage1", "teacher-stage1-average", "teacher-stage2", "teacher-average", "skd",
+                         "extract", "student", "student-average"]
+    assert "--keep-training-state" in two["teacher-stage1-average"] and "--continue-once" in two["teacher-stage2"]
+    restart = stages(_gpkd_dry_run(tmp_path, "--ssl-rate", "0.4", "--restart-schedule"))
+    assert "--keep-training-state" not in restart["teacher-stage1-average"]
+    assert "--finetune-from-model" in restart["teacher-stage2"] and "--continue-once" not in restart["teacher-stage2"]
+    scratch = stages(_gpkd_dry_run(tmp_path, "--ssl-rate", "0.4", "--ssl-from-scratch"))
+    assert "teacher-stage2" not in scratch and "--ssl-rate 0.4" in scratch["teacher-stage1"]
+    bad = _gpkd_dry_run(tmp_path, "--ssl-from-scratch")
+    assert bad.returncode != 0 and "--ssl-from-scratch needs --ssl-rate" in bad.stderr
