@@ -37,13 +37,10 @@ def log(msg):
 
 
 def load_quickstart():
-    """scripts/quickstart.py of this checkout (its prepare() builds the binarized corpus)."""
-    if "deepnmt_quickstart" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("deepnmt_quickstart", REPO / "scripts" / "quickstart.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["deepnmt_quickstart"]
+    """The quickstart module (its prepare() builds the binarized corpus)."""
+    from deepnmt_fairseq import quickstart
+
+    return quickstart
 
 
 class Study:

@@ -495,11 +495,8 @@ def corpus_env(tmp_path_factory):
     quickstart.prepare (sacremoses, 1000 joint BPE merges, fairseq-preprocess) and laid out as
     $DEEPNMT_DATA/<dataset>/{bin,tok,raw} for the En->De datasets the families use."""
     import gzip
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("deepnmt_quickstart_under_test", SCRIPTS / "quickstart.py")
-    quickstart = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(quickstart)
+    from deepnmt_fairseq import quickstart
 
     root = tmp_path_factory.mktemp("repro")
     small = root / "corpus"

@@ -1,0 +1,335 @@
+"""The whole job on the embedded LibreOffice-help corpus (en->de), on the CPU.
+
+    python scripts/quickstart.py [--work-dir work/quickstart] [--max-update N] ...
+    (or bash scripts/quickstart.sh, which sets up the environment first)
+
+It runs from a checkout: the corpus is the repository's data/libreoffice-help/en-de.
+
+Steps (each is skipped when its output is complete; nothing is overwritten):
+  1. tokenize (sacremoses) and learn/apply a joint BPE (subword-nmt);
+  2. fairseq-preprocess with a joined dictionary;
+  3. fairseq-train a small MSC model of this plugin (--user-dir);
+  4. average the last checkpoints (deepnmt-average-checkpoints);
+  5. fairseq-generate on the test split (beam 5, no sentence dropped);
+  6. detokenize and score with sacreBLEU, next to a copy-the-source baseline;
+  7. train deep, serve shallow (with the deploy extra, CTranslate2): the MSC model cannot be
+     exported (its decoder reads encoder blocks and context states), so deepnmt-distill distils
+     *this* MSC model into a pre-norm student of the same width and depths: SKD data from the
+     averaged MSC teacher (greedy), the student started from the teacher's matching weights and trained on
+     it with the same settings for half the updates, exported int8
+     (deepnmt-export-ct2) and served by deepnmt-translate on the raw test set; its report
+     (work/distill/report/report.{md,json}) compares teacher and served student: sacreBLEU and
+     tokens/s, batched and one sentence at a time, in one run (docs/distill.md).  --deploy off
+     skips the step.
+
+A re-run with the same settings only prints the results; a re-run with other
+settings refuses to touch the existing work directory (use a new --work-dir).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import importlib.util
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "data" / "libreoffice-help" / "en-de"
+SRC, TGT = "en", "de"
+
+
+def log(msg: str) -> None:
+    print(f"[quickstart {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def run(cmd, **kw) -> None:
+    """``cmd``: a console script of this environment by name (``fairseq-train``...), then its arguments."""
+    # exe: the script beside this interpreter; child_env: the known-harmless warnings of fairseq's children
+    from deepnmt_fairseq.console import child_env, exe
+
+    cmd = [exe(str(cmd[0]))] + [str(c) for c in cmd[1:]]
+    log("$ " + " ".join(cmd))
+    env = child_env(dict(os.environ, PYTHONUNBUFFERED="1"))
+    subprocess.run(cmd, check=True, env=env, **kw)
+
+
+def done(path: Path) -> bool:
+    return (path / ".done").exists()
+
+
+def mark(path: Path) -> None:
+    (path / ".done").write_text(time.strftime("%Y-%m-%d %H:%M:%S\n"))
+
+
+def fresh_dir(path: Path) -> Path:
+    """An empty directory for a step whose previous attempt did not finish."""
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+# ---------------------------------------------------------------- step 1-2
+def prepare(work: Path, bpe_merges: int, train_pairs: int | None = None, data: Path = DATA) -> Path:
+    """Tokenize, BPE and binarize the embedded corpus (or another corpus directory ``data``
+    with the same {train,valid,test}.{en,de}.gz files) into ``work/data-bin`` (once).
+
+    ``train_pairs`` keeps only the first N training pairs (smoke tests)."""
+    from sacremoses import MosesTokenizer
+    from subword_nmt.apply_bpe import BPE
+    from subword_nmt.learn_bpe import learn_bpe
+
+    bin_dir = work / "data-bin"
+    if done(bin_dir):
+        log(f"data ready: {bin_dir}")
+        return bin_dir
+    tok = fresh_dir(work / "tok")
+    splits = ("train", "valid", "test")
+    for split in splits:
+        for lang in (SRC, TGT):
+            src = data / f"{split}.{lang}.gz"
+            if not src.exists():
+                raise SystemExit(f"missing data file {src}")
+            mt = MosesTokenizer(lang=lang)
+            with gzip.open(src, "rt", encoding="utf-8") as f:
+                lines = [ln.rstrip("\n") for ln in f]
+            if split == "train" and train_pairs:
+                lines = lines[:train_pairs]
+            (tok / f"{split}.raw.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+            toks = [mt.tokenize(ln, escape=False, return_str=True) for ln in lines]
+            (tok / f"{split}.tok.{lang}").write_text("\n".join(toks) + "\n", encoding="utf-8")
+            log(f"tokenized {split}.{lang}: {len(lines)} lines")
+    codes = tok / "bpe.codes"
+    joint = [ln for lang in (SRC, TGT) for ln in (tok / f"train.tok.{lang}").read_text(encoding="utf-8").splitlines()]
+    with open(codes, "w", encoding="utf-8") as out:
+        learn_bpe(joint, out, bpe_merges, min_frequency=2)
+    log(f"learned {bpe_merges} joint BPE merges")
+    with open(codes, encoding="utf-8") as f:
+        bpe = BPE(f)
+    for split in splits:
+        for lang in (SRC, TGT):
+            lines = (tok / f"{split}.tok.{lang}").read_text(encoding="utf-8").splitlines()
+            (tok / f"{split}.bpe.{lang}").write_text(
+                "\n".join(bpe.process_line(ln) for ln in lines) + "\n", encoding="utf-8"
+            )
+    fresh_dir(bin_dir)
+    run(["fairseq-preprocess", "--source-lang", SRC, "--target-lang", TGT,
+         "--trainpref", tok / "train.bpe", "--validpref", tok / "valid.bpe", "--testpref", tok / "test.bpe",
+         "--destdir", bin_dir, "--joined-dictionary", "--workers", "2"])
+    mark(bin_dir)
+    return bin_dir
+
+
+# ---------------------------------------------------------------- step 3-4
+def model_flags(a) -> list:
+    """The quickstart's MSC model (N blocks of M encoder layers, N decoder layers)."""
+    return [
+        "--arch", "deepnmt_transformer", "--deep-memory", "msc", "--msc-block-layers", str(a.block_layers),
+        "--decoder-layers", str(a.blocks), "--share-all-embeddings",
+        "--encoder-embed-dim", str(a.dim), "--decoder-embed-dim", str(a.dim),
+        "--encoder-ffn-embed-dim", str(2 * a.dim), "--decoder-ffn-embed-dim", str(2 * a.dim),
+        "--encoder-attention-heads", str(a.heads), "--decoder-attention-heads", str(a.heads),
+        "--dropout", "0.1", "--attention-dropout", "0.0",
+    ]
+
+
+def train_flags(a) -> list:
+    """The optimization flags of every model the quickstart trains (the MSC teacher, the student)."""
+    return ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+            "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
+            "--lr", str(a.lr), "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(a.warmup),
+            "--max-tokens", str(a.max_tokens)]
+
+
+def train(work: Path, bin_dir: Path, a) -> Path:
+    ckpt = work / "checkpoints"
+    avg = ckpt / "checkpoint_avg.pt"
+    if avg.exists():
+        log(f"model ready: {avg}")
+        return avg
+    ckpt.mkdir(parents=True, exist_ok=True)
+    if not done(ckpt):
+        run(["fairseq-train", bin_dir, "--user-dir", REPO / "deepnmt_fairseq", *model_flags(a),
+             "--task", "translation", *train_flags(a), "--max-update", str(a.max_update),
+             "--save-dir", ckpt, "--save-interval-updates", str(a.save_every), "--keep-interval-updates",
+             str(a.average), "--keep-last-epochs", str(a.average), "--validate-after-updates", str(max(0, a.max_update - 3 * a.save_every)),
+             "--log-format", "simple", "--log-interval", "25", "--seed", str(a.seed), "--cpu",
+             "--num-workers", "0", "--skip-invalid-size-inputs-valid-test"])
+        mark(ckpt)
+    run(["deepnmt-average-checkpoints", "--inputs", ckpt, "--num-checkpoints",
+         str(a.average), "--output", avg])
+    return avg
+
+
+# ---------------------------------------------------------------- step 5-6
+def evaluate(work: Path, bin_dir: Path, model: Path, a, out_dir: Path | None = None) -> dict:
+    import sacrebleu
+    from sacremoses import MosesDetokenizer
+
+    out_dir = out_dir or work / "eval"
+    results = out_dir / "results.json"
+    if results.exists():
+        return json.loads(results.read_text())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    gen = out_dir / "generate-test.txt"
+    if not gen.exists():
+        tmp = gen.with_suffix(".partial")
+        # fairseq's log (its "Translated ... tokens/s" line) goes to stderr
+        with open(tmp, "w", encoding="utf-8") as f, open(out_dir / "generate-test.log", "w", encoding="utf-8") as e:
+            run(["fairseq-generate", bin_dir, "--user-dir", REPO / "deepnmt_fairseq", "--path", model,
+                 "--gen-subset", "test", "--beam", "5", "--lenpen", "1.0", "--batch-size", "64",
+                 "--max-len-a", "1.2", "--max-len-b", str(a.max_len_b),
+                 "--required-batch-size-multiple", "1", "--remove-bpe", "--cpu"], stdout=f, stderr=e)
+        tmp.replace(gen)
+    from deepnmt_fairseq.generate_output import parse_generate
+
+    hyps = parse_generate(gen.read_text(encoding="utf-8"))["hyps"]
+    tok = work / "tok"
+    refs = (tok / f"test.raw.{TGT}").read_text(encoding="utf-8").splitlines()
+    srcs = (tok / f"test.raw.{SRC}").read_text(encoding="utf-8").splitlines()
+    if len(hyps) != len(refs):
+        raise SystemExit(f"fairseq-generate translated {len(hyps)} of {len(refs)} test sentences")
+    gen_log = out_dir / "generate-test.log"
+    speed = re.search(r"Translated [\d,]+ sentences \(([\d,]+) tokens\) in ([\d.]+)s",
+                      gen_log.read_text(encoding="utf-8") if gen_log.exists() else "")
+    md = MosesDetokenizer(lang=TGT)
+    detok = [md.detokenize(hyps[i].split()) for i in range(len(refs))]
+    hyp_file = out_dir / f"test.hyp.{TGT}"
+    hyp_file.write_text("\n".join(detok) + "\n", encoding="utf-8")
+    metric = sacrebleu.BLEU()
+    bleu = metric.corpus_score(detok, [refs])
+    copy = sacrebleu.corpus_bleu(srcs, [refs])
+    tok_refs = (tok / f"test.tok.{TGT}").read_text(encoding="utf-8").splitlines()
+    tok_bleu = sacrebleu.corpus_bleu([hyps[i] for i in range(len(refs))], [tok_refs], tokenize="none", force=True)
+    res = {
+        "sacrebleu": round(bleu.score, 2),
+        "signature": str(metric.get_signature()),
+        "tokenized_bleu": round(tok_bleu.score, 2),
+        "copy_source_sacrebleu": round(copy.score, 2),
+        "sentences": len(refs),
+        # fairseq-generate's own count: target subword tokens per second of its generation loop
+        "tokens_per_s": round(int(speed[1].replace(",", "")) / max(float(speed[2]), 1e-9), 1) if speed else None,
+        "translations": str(hyp_file),
+        "model": str(model),
+    }
+    results.write_text(json.dumps(res, indent=2) + "\n")
+    return res
+
+
+def deployment_note(model: Path, bin_dir: Path) -> str:
+    """Whether the quickstart's model exports to CTranslate2 (README "Deployment")."""
+    try:
+        from deepnmt_fairseq.deploy.export import load_model, refusals
+
+        m, cfg, _ = load_model(str(model), str(bin_dir))
+        why = refusals(m, cfg.model)
+    except Exception as e:  # noqa: BLE001 - a note, never a failure of the quickstart
+        return f"CTranslate2 export: not checked ({type(e).__name__}: {e})"
+    if why:
+        return (f"CTranslate2 export: not exportable ({why[0].split(':')[0]}: its decoder reads encoder blocks "
+                f"and context states); step 7 distils it into an exportable student (deepnmt-distill, docs/distill.md)")
+    return f"CTranslate2 export: deepnmt-export-ct2 {model} OUT_DIR --quantization int8"
+
+
+# ---------------------------------------------------------------- step 7
+def deploy(work: Path, bin_dir: Path, model: Path, a) -> dict:
+    """Train deep, serve shallow: deepnmt-distill from the quickstart's own MSC model (the teacher)
+    to a served int8 student of the same width and depths; returns its report."""
+    d = work / "distill"
+    report = d / "report" / "report.json"
+    if not report.exists():
+        tok = work / "tok"
+        run(["deepnmt-distill", "--teacher", model, "--data", bin_dir, "--work-dir", d,
+             "--test-source", tok / f"test.raw.{SRC}", "--test-reference", tok / f"test.raw.{TGT}",
+             "--bpe-codes", tok / "bpe.codes",
+             "--student-args", "--attention-dropout 0.0",  # as the teacher (model_flags)
+             # greedy SKD (GPKD uses beam 4): a third of the time on 2 cores; the student starts from
+             # the teacher's weights, so the targets' small loss in quality matters less
+             "--skd-args", "--beam 1 --batch-size 128",
+             "--train-args", " ".join(f"'{x}'" if " " in x else x for x in train_flags(a)),
+             # half the teacher's updates: the student starts from the teacher's weights, and the whole
+             # quickstart stays within 20 minutes on 2 cores (docs/distill.md)
+             "--student-updates", max(a.max_update // 2, a.average * a.save_every), "--save-interval-updates", a.save_every,
+             "--average", a.average,
+             "--seed", a.seed, "--beam", "5", "--lenpen", "1.0", "--max-len-a", "1.2", "--max-len-b", a.max_len_b,
+             "--cpu"])
+    return json.loads(report.read_text())
+
+
+def deploy_line(rep: dict) -> str:
+    s, sm = rep["systems"], rep["summary"]
+    t, f, c = s["teacher fairseq-generate"], s["student fairseq-generate"], s["student deepnmt-translate"]
+    loaded = " (measured on a loaded machine)" if rep["loaded_machine"] else ""
+    return (f"served student (MSC teacher distilled by deepnmt-distill, CTranslate2 {rep['sizes']['served']['quantization']}): "
+            f"sacreBLEU {c['sacrebleu']} (teacher {t['sacrebleu']}, student with fairseq-generate {f['sacrebleu']}); "
+            f"{c['batched']['tokens_per_s']:.0f} tok/s batched, {c['single']['tokens_per_s']:.0f} one sentence at a time "
+            f"= {sm['speedup_batched']}x / {sm['speedup_single']}x the teacher's fairseq-generate "
+            f"({t['batched']['tokens_per_s']:.0f} / {t['single']['tokens_per_s']:.0f} tok/s){loaded}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--work-dir", default=str(REPO / "work" / "quickstart"))
+    p.add_argument("--bpe-merges", type=int, default=4000)
+    p.add_argument("--blocks", type=int, default=3, help="MSC blocks N = decoder layers")
+    p.add_argument("--block-layers", type=int, default=2, help="encoder layers per block M")
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--max-update", type=int, default=800)
+    p.add_argument("--max-tokens", type=int, default=2048)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--warmup", type=int, default=150)
+    p.add_argument("--save-every", type=int, default=50)
+    p.add_argument("--average", type=int, default=3, help="average the last K checkpoints")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--max-len-b", type=int, default=10, help="hypotheses are at most 1.2*src_len + b tokens")
+    p.add_argument("--deploy", choices=["auto", "on", "off"], default="auto",
+                   help="step 7, the MSC model distilled into a served CTranslate2 student (auto: when the deploy "
+                        "extra is installed)")
+    a = p.parse_args(argv)
+    # the in-process model loads (deployment note) import fairseq, one of whose modules calls
+    # logging.basicConfig(level=DEBUG): configure the root logger first, quietly
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    t0 = time.time()
+    work = Path(a.work_dir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    # --deploy adds a step and changes no result: not part of the settings a work dir is tied to
+    settings = {k: v for k, v in vars(a).items() if k not in ("work_dir", "deploy")}
+    stamp = work / "settings.json"
+    if stamp.exists() and json.loads(stamp.read_text()) != settings:
+        old = json.loads(stamp.read_text())
+        diff = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
+        raise SystemExit(f"{work} holds a run with other settings {diff}; use another --work-dir")
+    stamp.write_text(json.dumps(settings, indent=2) + "\n")
+    os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+
+    bin_dir = prepare(work, a.bpe_merges)
+    model = train(work, bin_dir, a)
+    res = evaluate(work, bin_dir, model, a)
+    print()
+    print(f"sacreBLEU (detokenized, test, {res['sentences']} sentences): {res['sacrebleu']}")
+    print(f"  signature: {res['signature']}")
+    print(f"tokenized BLEU: {res['tokenized_bleu']}")
+    print(f"copy-the-source baseline (sacreBLEU): {res['copy_source_sacrebleu']}")
+    print(f"translations: {res['translations']}")
+    print(f"model:        {res['model']}")
+    print(deployment_note(Path(res["model"]), bin_dir))
+    if a.deploy == "on" or (a.deploy == "auto" and importlib.util.find_spec("ctranslate2") is not None):
+        print(deploy_line(deploy(work, bin_dir, Path(res["model"]), a)))
+        print(f"report:       {work / 'distill' / 'report' / 'report.md'}")
+    elif a.deploy == "auto":
+        print("step 7 (CTranslate2 export) skipped: pip install '.[deploy]' to run it")
+    print(f"results:      {work / 'eval' / 'results.json'}  ({time.time() - t0:.0f} s this run)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
