@@ -395,23 +395,12 @@ DEEPNET = "DeepNet (Wang et al. 2022)"
 ADMIN = "Admin (Liu et al. 2020)"
 
 
-def _register_deepnet(layers: int):
-    @_arch(f"deepnorm_wmt_base_{layers}l", DEEPNET, f"Table 1 (DeepNet {layers}L-{layers}L, WMT-17 En-De)", None,
-           key=("deepnorm_wmt_base", layers))
+def _register_residual_scaling(option: str, paper: str, name: str, key: tuple, enc: int, dec: int, row: str):
+    """A named shape of DeepNet's / Admin's tables with its option (``deepnorm`` or ``admin``) on."""
+
+    @_arch(name, paper, row, None, key=key)
     def fn(args):
-        _set(args, deepnorm=True)
-        _depth(args, layers, layers)
-        _wmt_base(args)
-        deep_base_architecture(args)
-
-    return fn
-
-
-def _register_admin(enc: int, dec: int):
-    @_arch(f"admin_wmt_base_{enc}_{dec}", ADMIN, f"Table 1 (Admin {enc}L-{dec}L, WMT14 En-De / En-Fr)", None,
-           key=("admin_wmt_base", enc, dec))
-    def fn(args):
-        _set(args, admin=True)
+        _set(args, **{option: True})
         _depth(args, enc, dec)
         _wmt_base(args)
         deep_base_architecture(args)
@@ -421,9 +410,11 @@ def _register_admin(enc: int, dec: int):
 
 def _register_residual_scaling_rows():
     for n in (6, 18, 50, 100):
-        _register_deepnet(n)
+        _register_residual_scaling("deepnorm", DEEPNET, f"deepnorm_wmt_base_{n}l", ("deepnorm_wmt_base", n), n, n,
+                                   f"Table 1 (DeepNet {n}L-{n}L, WMT-17 En-De)")
     for enc, dec in ((6, 6), (60, 12)):
-        _register_admin(enc, dec)
+        _register_residual_scaling("admin", ADMIN, f"admin_wmt_base_{enc}_{dec}", ("admin_wmt_base", enc, dec), enc,
+                                   dec, f"Table 1 (Admin {enc}L-{dec}L, WMT14 En-De / En-Fr)")
 
 
 _register_residual_scaling_rows()
