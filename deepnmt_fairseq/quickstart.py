@@ -225,7 +225,7 @@ def evaluate(work: Path, bin_dir: Path, model: Path, a, out_dir: Path | None = N
 
 
 def deployment_note(model: Path, bin_dir: Path) -> str:
-    """Whether the quickstart's model exports to CTranslate2 (README "Deployment")."""
+    """Whether the quickstart's model exports to CTranslate2 (docs/deployment.md)."""
     try:
         from deepnmt_fairseq.deploy.export import load_model, refusals
 

@@ -10,7 +10,7 @@ Cost: a fairseq CLI start is ~5 s of imports, so most of the matrix runs the sam
 (this file is also the worker: ``python tests/test_matrix.py PLAN.json``).  Two
 combinations (a named MSC architecture and CAD with the collapse-reducing criterion) run
 the real console scripts, and every named architecture is built and trained for one step
-in-process.  Refused combinations (README, GPKD section) must fail with an error that
+in-process.  Refused combinations (docs/mechanisms.md, GPKD section) must fail with an error that
 names the conflicting options.
 """
 
@@ -177,7 +177,7 @@ def student_chain(data, work):
     return chain("desdar-student", data, work, "deepnmt_transformer", STUDENT, (), first=first)
 
 
-# refused combinations (README, GPKD section, plus --rpr-values with MSC's context-fusing encoder
+# refused combinations (docs/mechanisms.md, GPKD section, plus --rpr-values with MSC's context-fusing encoder
 # layers): name -> (kind, model flags, words the error must contain)
 REFUSED = {
     "gp-group-size-vs-msc-block": (

@@ -478,7 +478,7 @@ def main(argv=None) -> int:
     p.add_argument("--data", help="binarized data directory with the dictionaries (default: the one in the checkpoint)")
     seg = p.add_mutually_exclusive_group()
     seg.add_argument("--bpe-codes", help="subword-nmt codes the data were segmented with "
-                     "(default: found next to the data directory, see README 'Deployment')")
+                     "(default: found next to the data directory, see docs/deployment.md)")
     seg.add_argument("--spm-model", help="sentencepiece model the data were segmented with")
     p.add_argument("--no-moses", dest="moses", action="store_false", default=None,
                    help="the data were not Moses-tokenized before BPE")
