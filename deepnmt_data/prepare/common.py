@@ -72,3 +72,11 @@ class Writer:
         for f, p in zip(self.fs, self.names):
             f.close()
             os.replace(str(p) + ".tmp", p)
+
+
+def read_pairs(source: Path, target: Path):
+    """(source line, target line) of two parallel text files, newlines stripped; a length mismatch
+    raises (``zip(strict=True)``) instead of silently dropping the longer file's tail."""
+    with open(source, encoding="utf-8", newline="\n") as fa, open(target, encoding="utf-8", newline="\n") as fb:
+        for a, b in zip(fa, fb, strict=True):
+            yield a.rstrip("\n"), b.rstrip("\n")

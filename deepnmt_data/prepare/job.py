@@ -15,7 +15,7 @@ from pathlib import Path
 from .. import corpora
 from .archives import archive_candidates, download, hash_file, locate_archive
 from .binarize import binarize
-from .common import FORMAT_VERSION, SPLITS, STEPS, DataPrepError, Log
+from .common import FORMAT_VERSION, SPLITS, STEPS, DataPrepError, Log, read_pairs
 from .subwords import learn_bpe, learn_spm
 from .workers import Workers
 
@@ -159,10 +159,7 @@ class Job:
     # ------------------------------------------------------------------ step bpe (the split: a subclass)
     def tok_pairs(self, split: str):
         s, t = self.langs()
-        with open(self.ds / "tok" / f"{split}.{s}", encoding="utf-8", newline="\n") as fa, \
-                open(self.ds / "tok" / f"{split}.{t}", encoding="utf-8", newline="\n") as fb:
-            for a, b in zip(fa, fb, strict=True):
-                yield a.rstrip("\n"), b.rstrip("\n")
+        yield from read_pairs(self.ds / "tok" / f"{split}.{s}", self.ds / "tok" / f"{split}.{t}")
 
     def step_bpe(self) -> dict:
         a = self.args

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .. import corpora
 from .archives import ArchiveReader
-from .common import SPLITS, DataPrepError, Progress, Writer, nth
+from .common import SPLITS, DataPrepError, Progress, Writer, nth, read_pairs
 from .job import Job
 from .text import clean_reason, decoded_lines, parse_segs, parse_tags, parse_text
 from .workers import Workers, _seg_job, _tok_job, chunks
@@ -130,10 +130,7 @@ class TranslationJob(Job):
     def raw_pairs(self, split: str):
         s, t = self.langs()
         for p in self.parts(split):
-            with open(self.ds / "raw" / f"{split}.{p.name}.{s}", encoding="utf-8", newline="\n") as fa, \
-                    open(self.ds / "raw" / f"{split}.{p.name}.{t}", encoding="utf-8", newline="\n") as fb:
-                for a, b in zip(fa, fb, strict=True):
-                    yield a.rstrip("\n"), b.rstrip("\n")
+            yield from read_pairs(self.ds / "raw" / f"{split}.{p.name}.{s}", self.ds / "raw" / f"{split}.{p.name}.{t}")
 
     def step_tok(self) -> dict:
         r = self.r
