@@ -27,6 +27,7 @@ import argparse
 import gzip
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -103,7 +104,7 @@ def run(data: Path, work: Path, system: str, a) -> dict:
     start = time.time()
     logf = save / "train.log"
     with logf.open("a", encoding="utf-8") as out:  # appended: a resumed run continues the log
-        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env={**_env(), "OMP_NUM_THREADS": str(a.threads)})
+        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": str(a.threads)})
     text = logf.read_text(encoding="utf-8")
     losses = series(parse_json_lines(text.splitlines()), "loss")  # NaN / inf stay as they are
     diverged = proc.returncode != 0 or any(not math.isfinite(v) for _, v in losses)
@@ -120,12 +121,6 @@ def run(data: Path, work: Path, system: str, a) -> dict:
         record.write_text(json.dumps(rec, indent=1) + "\n")
     log(f"{system}: loss {rec['first_loss']} -> {rec['last_loss']} ({rec['train_seconds']} s, rc {proc.returncode})")
     return rec
-
-
-def _env() -> dict:
-    import os
-
-    return dict(os.environ)
 
 
 def report(records: list) -> str:
