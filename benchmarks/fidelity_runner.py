@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from deepnmt_fairseq.distill import plan as gpkd_plan
 from fidelity_launcher import Launcher
 from fidelity_plan import (REPO, REPRODUCED, Preset, Run, close_systems, choose_dd_depth, dd_compare_runs,
                            dd_search_runs, finished, headline_pairs, independent_runs, model_flags, record_path,
@@ -274,14 +275,26 @@ def gpkd_student_runs(study: Study, p: Preset, seeds, jobs: int) -> List[Run]:
         return runs  # all finished (here or in the records): nothing to build
     if not ((skd / ".done").exists() and student.exists()) and not avg.exists():
         study.rebuild(teacher_run(p))
-    if not (skd / ".done").exists():
+    # the one GPKD planner's stages (deepnmt_fairseq.distill.plan): SKD from the averaged teacher,
+    # then one layer per group with h = the group size the teacher was GP-trained with (Eq. 4)
+    skd_stage = gpkd_plan.skd_stage(study.data, avg, skd, study.device(), ["--batch-size", "128", "--shards", jobs])
+    if not skd_stage.is_done():
         log("SKD data: the averaged teacher translates the training set")
-        study.call(["deepnmt-skd", "--data", study.data, "--teacher", avg, "--output", skd,
-                    "--batch-size", "128", "--shards", str(jobs), *study.device()], study.work / "skd.log")
-    if not student.exists():  # one layer per group of h (Eq. 4), h = the teacher's GP group size
-        study.call(["deepnmt-extract-student", "--teacher", avg, "--encoder-group-size", str(h),
-                    "--output", student], study.work / "extract-student.log")
+        study.call(skd_stage.command(), study.work / "skd.log")
+    if not student.exists():
+        h_enc, h_dec = teacher_group_sizes(avg)
+        if h_enc != h:
+            raise RuntimeError(f"{avg}: GP-trained with h = {h_enc}, the study's students need h = {h}")
+        study.call(gpkd_plan.extract_stage(avg, h_enc, h_dec, student).command(), study.work / "extract-student.log")
     return runs
+
+
+def teacher_group_sizes(checkpoint: Path) -> Tuple[int, int]:
+    """The GP group sizes a teacher checkpoint was trained with (the planner's h rule)."""
+    from deepnmt_fairseq.checkpoint_safety import load_checkpoint
+    from deepnmt_fairseq.modules.student_extraction import model_args
+
+    return gpkd_plan.extraction_group_sizes(model_args(load_checkpoint(str(checkpoint))))
 
 
 def ssl_stage2_runs(study: Study, p: Preset, seeds) -> List[Run]:

@@ -57,8 +57,12 @@ def run_cli(cmd, *args, check=True, env=None, timeout=600, cwd=None):
 
 
 def preprocess(raw: Path, dest: Path):
+    return preprocess_pair(raw, dest, "src", "tgt")
+
+
+def preprocess_pair(raw: Path, dest: Path, src: str, tgt: str):
     run_cli(
-        "fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt",
+        "fairseq-preprocess", "--source-lang", src, "--target-lang", tgt,
         "--trainpref", raw / "train", "--validpref", raw / "valid", "--testpref", raw / "test",
         "--destdir", dest, "--joined-dictionary", "--workers", "1",
     )

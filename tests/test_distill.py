@@ -103,6 +103,37 @@ def test_gpkd_stages_the_whole_procedure(tmp_path):
     assert _opt(by["student-average"].command(), "--inputs") == str(paths["student_dir"])
 
 
+def test_registry_gpkd_rows_run_the_planners_commands(monkeypatch):
+    """The registry's GPKD rows (deepnmt-repro) build their averaging, SKD and extraction commands with
+    the one planner: a change there changes the registry's commands, and the rows keep the procedure
+    (SKD and extraction read the *averaged* teacher, extraction uses the teacher's own GP h, stage 2
+    continues from an average that keeps the training state)."""
+    from deepnmt_fairseq.distill import plan as gpkd_plan
+    from deepnmt_fairseq.repro import commands as C
+    from deepnmt_fairseq.repro.registry import EXPERIMENTS
+
+    def steps(name):
+        opts = C.RunOptions(paths=C.Paths.from_env(), launch=C.make_launch("local", 8, None, None, None, None, False))
+        return C.Planner(EXPERIMENTS, EXPERIMENTS[name], opts).plan()
+
+    student = {s.kind: s for s in steps("gpkd-wmt14-ende-48L-gpkd")}
+    assert _opt(student["extract"].argv, "--encoder-group-size") == "8"  # Table 1: 48 -> 6, the teacher's h
+    teacher_row = EXPERIMENTS["gpkd-wmt14-ende-48L-teacher"]
+    assert "8" == _opt(list(teacher_row.stage("train").model_flags), "--gp-group-size")
+    assert _opt(student["extract"].argv, "--teacher") == student["average"].out.as_posix()
+    skd = {s.kind: s for s in steps("gpkd-wmt14-ende-48L-teacher")}["skd"]
+    assert _opt(skd.argv, "--teacher").endswith("checkpoint_avg5.pt")
+    ssl = [s for s in steps("gpkd-wmt14-ende-48L-ssl") if s.kind in ("average", "train")]
+    assert "--keep-training-state" in ssl[0].argv and _opt(ssl[1].argv, "--continue-once") == str(ssl[0].out)
+
+    calls = []
+    for fn in ("average_stage", "skd_stage", "extract_stage"):
+        real = getattr(gpkd_plan, fn)
+        monkeypatch.setattr(gpkd_plan, fn, lambda *a, _real=real, _fn=fn, **k: calls.append(_fn) or _real(*a, **k))
+    steps("gpkd-wmt14-ende-48L-gpkd"), steps("gpkd-wmt14-ende-48L-teacher")
+    assert {"average_stage", "skd_stage", "extract_stage"} <= set(calls)
+
+
 def test_settings_guard_refuses_other_settings(tmp_path):
     settings_guard(tmp_path, {"seed": 1, "teacher": "t.pt"})
     settings_guard(tmp_path, {"seed": 1, "teacher": "t.pt"})  # same settings: resume
@@ -264,6 +295,68 @@ def test_gp_teacher_extraction_from_the_averaged_teacher(data_bin, teachers, tmp
     assert meta is None or meta["encoder_layers"] == 2
     assert torch.is_tensor(init["model"]["encoder.layers.1.fc1.weight"])
     assert "encoder.layers.2.fc1.weight" not in init["model"]
+
+
+# ---------------------------------------------------------------- a registry row as the teacher
+ROW = "msc-iwslt14-ende-6L"  # MSC, IWSLT shape (the paper's Table 2 6-layer model)
+
+
+@pytest.fixture(scope="module")
+def row_roots(data_bin, tmp_path_factory):
+    """A data root holding the row's dataset (iwslt14-en-de): the tiny corpus under the row's language names."""
+    from fairseq_helpers import preprocess_pair
+
+    root = tmp_path_factory.mktemp("row")
+    raw = Path(data_bin).parent / "raw"
+    for split in ("train", "valid", "test"):
+        for old, new in (("src", "en"), ("tgt", "de")):
+            shutil.copy(raw / f"{split}.{old}", root / f"{split}.{new}")
+    preprocess_pair(root, root / "data" / "iwslt14-en-de" / "bin", "en", "de")
+    return root
+
+
+def _distill_row(roots, work, *extra, repro=""):
+    from deepnmt_fairseq.cli.distill import main
+
+    return main(["--teacher-row", ROW, "--repro-args", f"--cpu --data-root {roots / 'data'} --checkpoint-root "
+                 f"{roots / 'ckpt'} {repro}", "--work-dir", str(work), "--test-source", str(roots / "test.en"),
+                 "--test-reference", str(roots / "test.de"), "--tiny", "--cpu", "--average", "1", *extra])
+
+
+def test_registry_row_teacher_refuses_a_student_it_cannot_export_before_training(row_roots, tmp_path, capsys):
+    assert _distill_row(row_roots, tmp_path / "w", "--student-init", "scratch", "--student-args",
+                        "--deep-memory msc") == 2
+    err = capsys.readouterr().err
+    assert "cannot be exported to CTranslate2 exactly, refused before any training" in err
+    assert not (row_roots / "ckpt").exists()  # the row was not trained
+    assert _distill_row(row_roots, tmp_path / "w2", "--dry-run") == 0
+    plan = capsys.readouterr().out
+    assert f"1. teacher-row: deepnmt-repro train {ROW} --stage train --cpu" in plan
+    assert f"--data {row_roots / 'data' / 'iwslt14-en-de' / 'bin'}" in plan  # the row's data by default
+    assert _distill_row(row_roots, tmp_path / "w3", repro="--stage train") == 2
+    assert "--stage" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_registry_row_trained_then_distilled_and_reused(row_roots, tmp_path, capsys):
+    """--teacher-row trains the row with deepnmt-repro (its recipe and architecture, here cut to 2 updates
+    and width 32 by fairseq-train flags after '--'), distils it, and a re-run reuses the trained row."""
+    short = ("-- --max-update 2 --update-freq 1 --max-tokens 1024 --encoder-embed-dim 32 --decoder-embed-dim 32 "
+             "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64")
+    work = tmp_path / "w"
+    assert _distill_row(row_roots, work, repro=short) == 0
+    out = capsys.readouterr().out
+    row_dir = row_roots / "ckpt" / ROW
+    assert (row_dir / ".done").exists() and (row_dir / "checkpoint_last.pt").is_file()
+    log = (work / "teacher-row.log").read_text()
+    assert "--arch msc_iwslt_6l" in log  # the row's own architecture and recipe
+    rep = json.loads((work / "report" / "report.json").read_text())
+    assert rep["sizes"]["teacher"]["checkpoint"] == str(row_dir / "checkpoint_last.pt")
+    assert "stage 1/6 teacher-row" in out and "--encoder-embed-dim 32" in log
+    # another distillation of the same row reuses it (the plan shows it done; nothing is trained)
+    assert _distill_row(row_roots, tmp_path / "again", "--dry-run", repro=short) == 0
+    again = capsys.readouterr().out
+    assert "1. teacher-row (done)" in again and "trained earlier" in again
 
 
 # ---------------------------------------------------------------- scripts/gpkd_pipeline.py: a thin wrapper

@@ -305,7 +305,7 @@ def test_a_close_teacher_gets_its_third_seed_and_only_seed_1_distils(tmp_path):
                for n, r in study.runs.items() if n.startswith("gpkd-student"))
 
 
-def test_the_students_rebuild_the_teacher_only_when_they_need_it(tmp_path):
+def test_the_students_rebuild_the_teacher_only_when_they_need_it(tmp_path, monkeypatch):
     """A fresh clone has the records of the teacher and the students but not the teacher's
     checkpoint: nothing is rebuilt while every student is recorded; once one is missing, the
     teacher of seed 1 is trained again (its averaged checkpoint makes the SKD data)."""
@@ -316,6 +316,7 @@ def test_the_students_rebuild_the_teacher_only_when_they_need_it(tmp_path):
     study = _RecordingStudy(tmp_path, lambda r: 15.0)
     study.data, study.device = tmp_path / "data-bin", lambda: []
     study.call = lambda cmd, log_file: None  # the SKD data and the student initialisation
+    monkeypatch.setattr(runner, "teacher_group_sizes", lambda ckpt: (p.teacher_layers // p.depths[0], 1))
     runs = runner.gpkd_student_runs(study, p, [1, 2], jobs=2)
     assert study.rebuilt == [f"gpkd-teacher-{p.teacher_layers}-s1"]
     study.run_all(runs, 2)

@@ -1,11 +1,15 @@
 """Train deep, serve shallow: a trained teacher to a served int8 student in one command.
 
-    deepnmt-distill --teacher TEACHER.pt|SAVE_DIR --data DATA_BIN --work-dir WORK \\
+    deepnmt-distill (--teacher TEACHER.pt|SAVE_DIR --data DATA_BIN | --teacher-row NAME [--repro-args "..."]) \\
+        --work-dir WORK \\
         --test-source test.raw.en --test-reference test.raw.de [--bpe-codes CODES] \\
         [--student-init auto|extract|scratch] [--student-encoder-layers 6 --student-decoder-layers 3 ...] \\
         [--student-updates N] [--train-args "..."] [--quantization int8] [--cpu] [--tiny]
 
 Stages (docs/distill.md; each skipped when its output exists, each resumes when interrupted):
+
+  0. with --teacher-row NAME: the registry row's training stages (deepnmt-repro train NAME
+     --stage ... REPRO_ARGS; reused when trained earlier); its last stage is the teacher;
 
   1. teacher average (when --teacher is fairseq-train's save directory: its last --average
      checkpoints);
@@ -47,10 +51,18 @@ def parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="deepnmt-distill", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--teacher", required=True,
+    t = p.add_mutually_exclusive_group(required=True)
+    t.add_argument("--teacher",
                    help="teacher checkpoint (.pt), or fairseq-train's --save-dir (its last --average checkpoints "
                         "are averaged); any architecture of the plugin")
-    p.add_argument("--data", required=True, help="binarized data the teacher was trained on (fairseq-preprocess)")
+    t.add_argument("--teacher-row", metavar="NAME",
+                   help="a deepnmt-repro registry row (deepnmt-repro list): its training stages run first "
+                        "(deepnmt-repro train NAME; reused when trained earlier), its last stage is the teacher")
+    p.add_argument("--repro-args", default="",
+                   help="--teacher-row: flags of deepnmt-repro train, fairseq-train flags after '--' (e.g. "
+                        "'--gpus 8 --bf16 --data-root DIR', '--launcher torchrun')")
+    p.add_argument("--data", help="binarized data the teacher was trained on (fairseq-preprocess); "
+                                  "--teacher-row: default the row's data")
     p.add_argument("--work-dir", required=True, help="where every stage writes; tied to these settings")
     p.add_argument("--test-source", required=True, help="raw (untokenized) source side of the test split of --data")
     p.add_argument("--test-reference", required=True, help="raw reference translations of the same sentences")
@@ -120,9 +132,24 @@ def main(argv=None) -> int:
         skd_args = ["--max-len-a", "0", "--max-len-b", "8", "--batch-size", "128", *skd_args]
         a.single_sentences = min(a.single_sentences, 5)
     work = Path(a.work_dir).resolve()
+    row = None
+    try:
+        if a.teacher_row:
+            from ..distill.teacher_row import row_teacher
+
+            row = row_teacher(a.teacher_row, shlex.split(a.repro_args), log=work / "teacher-row.log")
+            a.data = a.data or str(row.data)
+        elif a.repro_args:
+            raise PlanError("--repro-args: only with --teacher-row")
+        elif not a.data:
+            raise PlanError("--data: required with --teacher")
+    except PlanError as err:
+        print(f"deepnmt-distill: error: {err}", file=sys.stderr)
+        return 2
     export_args = (["--bpe-codes", a.bpe_codes] if a.bpe_codes else []) + (["--spm-model", a.spm_model]
                                                                         if a.spm_model else [])
-    c = DistillConfig(work=work, data=Path(a.data).resolve(), teacher=Path(a.teacher).resolve(), average=a.average,
+    c = DistillConfig(work=work, data=Path(a.data).resolve(), teacher_row=row,
+                      teacher=Path(a.teacher).resolve() if a.teacher else None, average=a.average,
                       student_init=a.student_init, student_arch=a.student_arch,
                       encoder_layers=a.student_encoder_layers, decoder_layers=a.student_decoder_layers,
                       dim=a.student_dim, ffn_dim=a.student_ffn_dim, heads=a.student_heads,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from .teacher_row import RowTeacher
 from .plan import (DEFAULT_TRAIN_ARGS, PlanError, Stage, average_stage, averaged_path, export_refusals,
                    export_stage, extract_stage, extraction_group_sizes, skd_stage, student_flags_of, train_stage,
                    transfer_init)
@@ -47,6 +48,8 @@ class DistillConfig:
     quantization: str = "int8"
     export_args: Sequence[str] = ()
     cpu: bool = False
+    #: ``--teacher-row``: a registry row trained first (``teacher`` is then its last stage's directory)
+    teacher_row: Optional["RowTeacher"] = None
 
 
 @dataclass
@@ -141,15 +144,18 @@ def plan_distillation(c: DistillConfig) -> DistillPlan:
     from ..checkpoint_safety import load_checkpoint
     from ..modules.student_extraction import extract, model_args as _model_args
 
-    work, data, teacher = Path(c.work), Path(c.data), Path(c.teacher)
+    work, data, row = Path(c.work), Path(c.data), c.teacher_row
+    teacher = Path(row.directory if row is not None else c.teacher)
     if not data.is_dir():
-        raise PlanError(f"--data {data}: no such directory")
-    tfile = _teacher_file(teacher)
+        raise PlanError(f"--data {data}: no such directory" + (f" (the data of --teacher-row {row.name}: prepare it, "
+                                                                 f"or give --data)" if row is not None else ""))
+    untrained = row is not None and not row.trained()
+    tfile = teacher / "checkpoint_last.pt" if row is not None else _teacher_file(teacher)
     try:
-        state = load_checkpoint(str(tfile))
+        state = row.untrained_state(data) if untrained else load_checkpoint(str(tfile))
         t_cfg = _model_args(state)
     except (ValueError, RuntimeError, OSError) as err:
-        raise PlanError(f"--teacher {tfile}: {err}") from None
+        raise PlanError(f"--teacher{'-row ' + row.name if row is not None else ''} {tfile}: {err}") from None
     vocab = check_dictionary(state, tfile, data)
     t_arch = str(getattr(t_cfg, "arch", None) or getattr(t_cfg, "_name", ""))
     h_enc, h_dec = extraction_group_sizes(t_cfg)
@@ -158,6 +164,9 @@ def plan_distillation(c: DistillConfig) -> DistillPlan:
         raise PlanError(f"--student-init {c.student_init}: choose auto, extract, teacher or scratch")
     init = c.student_init if c.student_init != "auto" else ("extract" if gp_trained else "teacher")
     notes = []
+    if row is not None:
+        notes.append(f"teacher: registry row {row.name}, {'trained earlier' if not untrained else 'trained first'} in "
+                     f"{teacher} (deepnmt-repro train; its data {data})")
     if init == "extract":
         if not gp_trained:
             raise PlanError(f"--student-init extract: the teacher {tfile} was trained without group permutation "
@@ -196,17 +205,19 @@ def plan_distillation(c: DistillConfig) -> DistillPlan:
                         + "\n  - ".join(why) + f"\n{fix}")
 
     device = ["--cpu"] if c.cpu else []
-    stages: List[Stage] = []
+    stages: List[Stage] = [row.stage] if row is not None else []
     teacher_model = tfile
-    if teacher.is_dir() and c.average > 1:
+    if (row is not None or teacher.is_dir()) and c.average > 1:
         from ..cli.average_checkpoints import newest_checkpoints
 
         try:
-            newest_checkpoints(str(teacher), c.average)
+            if not untrained:
+                newest_checkpoints(str(teacher), c.average)
         except (ValueError, FileNotFoundError) as err:
             raise PlanError(f"--teacher {teacher} --average {c.average}: {err} (save more checkpoints, lower --average, "
                             f"or give one checkpoint file)") from None
-        avg = average_stage("teacher-average", teacher, c.average, out=work / f"teacher-avg{c.average}.pt")
+        avg = average_stage("teacher-average", teacher, c.average, out=work / f"teacher-avg{c.average}.pt",
+                            by=row.average_by if row is not None else "any")
         if avg is not None:
             stages.append(avg)
             teacher_model = avg.output

@@ -77,6 +77,14 @@ class Stage:
     def command(self) -> List[str]:
         return [str(c) for c in (self.argv() if callable(self.argv) else self.argv)]
 
+    def resolved(self) -> List[str]:
+        """:meth:`command` with the console script resolved to this environment's
+        (:func:`deepnmt_fairseq.console.exe`), for callers that start it themselves."""
+        from ..console import exe
+
+        argv = self.command()
+        return [exe(argv[0]), *argv[1:]] if argv else argv
+
     def command_line(self) -> str:
         if callable(self.argv):
             return f"({self.what}: its flags are read when it starts)"
@@ -124,16 +132,26 @@ def averaged_path(stage_dir: Path, k: int, keep_training_state: bool = False) ->
     return stage_dir / (f"checkpoint_avg{k}.resume.pt" if keep_training_state else f"checkpoint_avg{k}.pt")
 
 
+#: which checkpoints deepnmt-average-checkpoints counts: either kind by update, checkpoint_E_U.pt by
+#: update, checkpointE.pt by epoch (a recipe that saves per epoch averages epoch checkpoints)
+AVERAGE_BY = {"any": "--num-checkpoints", "update": "--num-update-checkpoints", "epoch": "--num-epoch-checkpoints"}
+
+
 def average_stage(name: str, stage_dir: Path, k: int, keep_training_state: bool = False,
-                  out: Optional[Path] = None) -> Optional[Stage]:
+                  out: Optional[Path] = None, by: str = "any", label: Optional[str] = None) -> Optional[Stage]:
     """deepnmt-average-checkpoints over the last ``k`` checkpoints (None for k <= 1); ``out``:
-    where the average goes (default: :func:`averaged_path`, inside ``stage_dir``)."""
+    where the average goes (default: :func:`averaged_path`, inside ``stage_dir``); ``by``: a key
+    of :data:`AVERAGE_BY`; ``keep_training_state``: the newest checkpoint's optimizer state and
+    update count are kept, for ``--continue-once`` (two-stage training); ``label``: the stage's
+    name in the description (default: the directory's)."""
     if k <= 1:
         return None
     out = Path(out) if out is not None else averaged_path(stage_dir, k, keep_training_state)
-    return Stage(name, _s(["deepnmt-average-checkpoints", "--inputs", stage_dir, "--num-checkpoints", k,
+    return Stage(name, _s(["deepnmt-average-checkpoints", "--inputs", stage_dir, AVERAGE_BY[by], k,
                            "--output", out, *(["--keep-training-state"] if keep_training_state else [])]),
-                 out, what=f"average the last {k} checkpoints of {Path(stage_dir).name}")
+                 out, what=f"average the last {k} checkpoints of {label or Path(stage_dir).name}"
+                           + (" keeping the newest one's optimizer state and update count (to continue training)"
+                              if keep_training_state else ""))
 
 
 def teacher_stages(work: Path, data, arch: str, flags: Sequence, h_enc: int, h_dec: int, common: Sequence,

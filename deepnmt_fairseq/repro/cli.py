@@ -20,7 +20,7 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from .commands import Paths, Planner, ReproError, RunOptions, ddp_backend, make_launch, run_steps
 from .spec import DATASETS, Experiment, Table
@@ -81,8 +81,8 @@ def _paths_args(p: argparse.ArgumentParser) -> None:
                                              "else ./work/checkpoints)")
 
 
-def cmd_train(argv: List[str], registry) -> int:
-    argv, extra = _split_extra(argv)
+def train_parser() -> argparse.ArgumentParser:
+    """The flags of ``deepnmt-repro train`` (also read by ``deepnmt-distill --teacher-row``)."""
     p = argparse.ArgumentParser(prog=f"{PROG} train", description=TRAIN_HELP,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name")
@@ -108,12 +108,23 @@ def cmd_train(argv: List[str], registry) -> int:
     d.add_argument("--rank", type=int, help="this process's global rank")
     d.add_argument("--device-id", type=int, help="this process's GPU on its node")
     d.add_argument("--init-method", help="rendezvous, e.g. tcp://HOST:PORT or env://")
-    a = p.parse_args(argv)
+    return p
+
+
+def train_options(a: argparse.Namespace, extra: List[str], registry) -> Tuple[Experiment, RunOptions]:
+    """The experiment and run options of parsed ``deepnmt-repro train`` flags."""
     exp = _get(registry, a.name)
     launch = make_launch(a.launcher, a.gpus, a.world_size, a.rank, a.device_id, a.init_method, a.cpu)
     paths = Paths.from_env(a.data_root, a.checkpoint_root, a.save_dir, a.data)
-    opts = RunOptions(paths=paths, launch=launch, precision=a.precision, max_tokens=a.max_tokens,
-                      average=a.average, extra=extra, skd_args=shlex.split(a.skd_args), stages=a.stage)
+    return exp, RunOptions(paths=paths, launch=launch, precision=a.precision, max_tokens=a.max_tokens,
+                           average=a.average, extra=extra, skd_args=shlex.split(a.skd_args), stages=a.stage)
+
+
+def cmd_train(argv: List[str], registry) -> int:
+    argv, extra = _split_extra(argv)
+    a = train_parser().parse_args(argv)
+    exp, opts = train_options(a, extra, registry)
+    launch, paths = opts.launch, opts.paths
     steps = Planner(registry, exp, opts).plan()
     if a.dry_run:
         print(f"# {exp.name}: {exp.title}")

@@ -50,6 +50,7 @@ from typing import Dict, List, Optional, Sequence
 
 from .. import USER_DIR as _USER_DIR
 from ..console import child_env, exe
+from ..distill import plan as gpkd_plan  # the one GPKD planner: averaging, SKD and extraction commands
 from ..models.architectures import ARCHS, cad_defaults
 from .spec import Experiment, ExtractStage, Recipe, Ref, SkdStage, TrainStage, batch_plan
 
@@ -359,15 +360,10 @@ class Planner:
         stage = exp.stage(stage_name)
         d = self.stage_dir(exp, stage_name)
         out = self.resume_path(exp, stage_name) if resume else self.model_path(exp, stage_name)
-        which = "--num-update-checkpoints" if checkpoint_pattern(stage.recipe) == "update" else "--num-epoch-checkpoints"
-        argv = [exe("deepnmt-average-checkpoints"), "--inputs", str(d), which, str(k), "--output", str(out)]
-        if resume:
-            argv.append("--keep-training-state")
-        return Step(stage_name, "average", argv, out, out, True,
-                    needs=[self.done_marker(exp, stage_name)],
-                    comment=f"average the last {k} checkpoints of {exp.name}/{stage_name}" +
-                            (" keeping the newest one's optimizer state and update count (to continue training)"
-                             if resume else ""))
+        st = gpkd_plan.average_stage(stage_name, d, k, keep_training_state=resume, out=out,
+                                     by=checkpoint_pattern(stage.recipe), label=f"{exp.name}/{stage_name}")
+        return Step(stage_name, "average", st.resolved(), out, out, True,
+                    needs=[self.done_marker(exp, stage_name)], comment=st.what)
 
     # ---- stages
     def train_argv(self, stage: TrainStage) -> (List[str], Dict[str, int]):
@@ -442,23 +438,19 @@ class Planner:
             elif isinstance(stage, SkdStage):
                 teacher_exp = self._target(stage.teacher)
                 data = opts.paths.dataset_bin(teacher_exp, exp)
-                argv = [exe("deepnmt-skd"), "--data", str(data), "--teacher", str(self.resolve(stage.teacher)),
-                        "--output", str(d / "bin"), "--shards", str(stage.shards), "--beam", str(stage.beam),
-                        "--lenpen", f"{stage.lenpen:g}"]
-                argv += ["--cpu", "--batch-size", "64"] if opts.launch.cpu else ["--max-tokens", str(stage.max_tokens)]
+                extra = ["--shards", stage.shards, "--beam", stage.beam, "--lenpen", f"{stage.lenpen:g}"]
+                extra += ["--cpu", "--batch-size", "64"] if opts.launch.cpu else ["--max-tokens", stage.max_tokens]
                 if opts.precision == "fp16":
-                    argv.append("--fp16")
-                argv += opts.skd_args
-                steps.append(Step(stage.name, "skd", argv, d / "bin", d / "bin" / ".done", True, needs,
+                    extra.append("--fp16")
+                st = gpkd_plan.skd_stage(data, self.resolve(stage.teacher), d / "bin", extra=[*extra, *opts.skd_args])
+                steps.append(Step(stage.name, "skd", st.resolved(), d / "bin", st.done_file(), True, needs,
                                   comment=f"SKD data: the teacher translates the training set (beam {stage.beam}, "
                                           f"lenpen {stage.lenpen:g}); resumable by shard"))
             elif isinstance(stage, ExtractStage):
                 out = d / "student-init.pt"
-                argv = [exe("deepnmt-extract-student"), "--teacher", str(self.resolve(stage.teacher)),
-                        "--encoder-group-size", str(stage.encoder_group_size),
-                        "--decoder-group-size", str(stage.decoder_group_size), "--select", stage.select,
-                        "--seed", str(stage.seed), "--output", str(out)]
-                steps.append(Step(stage.name, "extract", argv, out, out, True, needs,
+                st = gpkd_plan.extract_stage(self.resolve(stage.teacher), stage.encoder_group_size,
+                                             stage.decoder_group_size, out, stage.select, stage.seed)
+                steps.append(Step(stage.name, "extract", st.resolved(), out, out, True, needs,
                                   comment=f"student: one layer per group (h_enc={stage.encoder_group_size}, "
                                           f"h_dec={stage.decoder_group_size}, {stage.select})"))
         return steps
