@@ -132,12 +132,21 @@ class DeployedModel:
             size = opts["max_batch_size"]
             batches = [(ids, self.search_options(**search, src_len=max(len(sources[i]) for i in ids) + 1))
                        for ids in (todo[k:k + size] for k in range(0, len(todo), size))]
+        # every batch is submitted before any result is awaited, so that CTranslate2's inter_threads
+        # translators work on several batches at once (each with its own length limit)
+        submitted = []
         for ids, batch_opts in batches:
             try:
-                results = self.translator.translate_batch([sources[i] for i in ids], **batch_opts)
+                pending = self.translator.translate_batch([sources[i] for i in ids], asynchronous=True, **batch_opts)
+            except Exception:  # noqa: BLE001 - retried one sentence at a time below
+                pending = None
+            submitted.append((ids, batch_opts, pending))
+        for ids, batch_opts, pending in submitted:
+            try:
+                if pending is None:
+                    raise RuntimeError("the batch was not accepted")
+                results = [r.result() for r in pending]
             except Exception:  # noqa: BLE001 - find the line, translate the others
-                if len(ids) == 1:
-                    raise
                 results = []
                 for i in ids:
                     try:

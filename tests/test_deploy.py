@@ -520,10 +520,17 @@ def test_one_failing_line_costs_only_its_line(caplog):
             return " ".join(toks).upper()
 
     class Translator:
-        def translate_batch(self, batch, **opts):
+        def translate_batch(self, batch, asynchronous=False, **opts):
+            def one(s):  # CTranslate2 raises when the result is read (asynchronous) or at once
+                if "CT2FAIL" in s:
+                    raise RuntimeError("engine bug")
+                return SimpleNamespace(hypotheses=[list(s)])
+
+            if asynchronous:
+                return [SimpleNamespace(result=lambda s=s: one(s)) for s in batch]
             if any("CT2FAIL" in s for s in batch):
                 raise RuntimeError("engine bug")
-            return [SimpleNamespace(hypotheses=[list(s)]) for s in batch]
+            return [one(s) for s in batch]
 
     m = DeployedModel.__new__(DeployedModel)
     m.pipeline, m.translator, m.max_source_tokens, m.max_target_positions = Pipeline(), Translator(), 50, 30
@@ -574,12 +581,15 @@ def test_max_len_a_is_fairseqs_per_batch_limit_and_order_is_kept():
 
     from deepnmt_deploy.translate import DeployedModel
 
-    calls = []
+    calls, events = [], []
 
     class Recorder:
-        def translate_batch(self, batch, **opts):
+        def translate_batch(self, batch, asynchronous=False, **opts):
             calls.append(([len(s) for s in batch], opts["max_decoding_length"]))
-            return [SimpleNamespace(hypotheses=[["h", str(len(s))]]) for s in batch]
+            events.append("submit")
+            done = [SimpleNamespace(hypotheses=[["h", str(len(s))]]) for s in batch]
+            return [SimpleNamespace(result=lambda d=d: events.append("wait") or d) for d in done] if asynchronous \
+                else done
 
     m = DeployedModel.__new__(DeployedModel)
     m.translator, m.max_target_positions = Recorder(), 30
@@ -588,6 +598,8 @@ def test_max_len_a_is_fairseqs_per_batch_limit_and_order_is_kept():
     assert out == [["h", "5"], ["h", "1"], [], ["h", "9"], ["h", "2"], ["h", "20"]]
     # sorted 1, 2 | 5, 9 | 20: limits int(1.2 * 3 + 3), int(1.2 * 10 + 3), min(int(1.2 * 21 + 3), 29)
     assert calls == [([1, 2], 6), ([5, 9], 15), ([20], 28)]
+    # every batch is submitted before any result is awaited: inter_threads translators share them
+    assert events == ["submit"] * 3 + ["wait"] * 5
     calls.clear()
     assert m.translate_tokens(sources, beam=4, lenpen=1.0, max_len=3, batch_size=2) == out
     assert calls == [([5, 1, 9, 2, 20], 3)]  # a = 0: one call, the fixed limit, CTranslate2 batches
