@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Evidence study: each paper's central effect, measured with models that learn, with seeds.
 
-    python benchmarks/fidelity.py [--preset cpu|gpu|tiny] [--only depth deep-decoder gpkd ssl]
+    python benchmarks/fidelity.py [--preset cpu|gpu|tiny] [--only depth deep-decoder gpkd ssl converged]
                                    [--jobs 2] [--threads 1] [--seeds 1 2] [--report-only | --prepare-only]
                                    [--work-dir work/fidelity/<preset>] [--report docs/fidelity[-gpu].md]
                                    [--records benchmarks/results/fidelity/<preset>] [--deadline-minutes M]
@@ -41,9 +41,20 @@ Comparisons (each paper's central claim; docs/fidelity.md has the results):
    stops improving (``--patience``); a second stage with skipping (phi 0.4) vs the same second
    stage without it, both continuing stage 1's optimizer state, schedule and update count
    (``--continue-once``: no warm-up restart at the peak rate).
+5. **converged** (evidence round 2): the depth study's systems trained until the valid loss stops
+   improving (``Preset.converged_patience`` validations) or ``Preset.converged_cap`` updates, 3 seeds,
+   with a checkpoint every ``Preset.curve_every`` updates kept and evaluated (BLEU-vs-updates
+   curves); at the deepest depth the subset of :data:`fidelity_plan.CONVERGED_DEEPEST` and the
+   transparent variant with the lower valid NLL at the middle depth.  Section 1's 1600-update tables
+   are the short-budget setting.
 
 Every headline system is trained with each seed of ``--seeds`` (at least 2); the report gives the
-mean and the spread (max - min) and calls a difference only when it exceeds both systems' spreads.
+mean and the spread (max - min).  One rule makes every call (``fidelity_report.verdict``): the means
+differ by more than both systems' spreads and, for test BLEU, the paired bootstrap over the test
+sentences (``fidelity_stats.py``, from the sentence statistics every evaluation now keeps) gives
+p < 0.05; records made before the statistics were kept are called on the spreads alone, and say so.
+Nothing is chosen on the test set: the deep-decoder depth is chosen on valid NLL and the (valid)
+UNK-source gap, the transparent variant of the deepest converged comparison on valid NLL.
 A headline comparison (:func:`fidelity_plan.headline_pairs`) whose 2-seed test-BLEU means differ by less than
 ``Preset.close_bleu`` (1 BLEU) then gets a third seed of both systems (issue 16: "3 where the
 difference is under 1 BLEU").

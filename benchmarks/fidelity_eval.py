@@ -16,6 +16,8 @@ Prints one JSON object:
   references ``TOK_DIR/<split>.raw.de``; the same search as
   ``fairseq-generate DATA_BIN --path CKPT --gen-subset test --beam 4 --max-len-a 1.2 --max-len-b 10
   --remove-bpe``;
+* ``test_stats``: sacreBLEU's statistics of every test sentence, for the paired bootstrap
+  (``fidelity_stats.py``);
 * with ``--unk-gap``: ``valid_nll_unk_source`` (every source token replaced by ``<unk>``) and
   ``unk_gap`` = the difference: how much the predictions depend on the source (a decoder that
   collapsed into a language model has a gap near 0; deep-decoder paper Sec. 3).
@@ -99,6 +101,7 @@ def main(argv=None) -> int:
 
     import deepnmt_fairseq  # noqa: F401
     from fairseq import checkpoint_utils
+    from fidelity_stats import encode_stats, sentence_stats
 
     models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([a.checkpoint],
                                                                        arg_overrides={"data": a.data})
@@ -117,6 +120,8 @@ def main(argv=None) -> int:
         if len(hyps) != len(refs):
             raise SystemExit(f"{split}: {len(hyps)} translations for {len(refs)} references")
         res[key] = round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
+        if split == "test":  # sacreBLEU's statistics per sentence: the paired bootstrap's input
+            res["test_stats"] = encode_stats(sentence_stats(hyps, refs))
     print(json.dumps(res))
     return 0
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
-STUDIES = ("depth", "deep-decoder", "gpkd", "ssl")
+STUDIES = ("depth", "deep-decoder", "gpkd", "ssl", "converged")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +58,14 @@ class Preset:
     # issue 16: "3 [seeds] where the difference is under 1 BLEU": a headline comparison whose two
     # 2-seed means are closer than this gets a third seed of both systems (0: never)
     close_bleu: float = 1.0
+    # the converged depth comparison (evidence round 2, section 1): every system stops by one rule on
+    # the *valid* set (validation every valid_every updates, stop after converged_patience
+    # validations without a lower valid loss) or at converged_cap updates, a cap the deep plain
+    # stacks should not reach; a checkpoint every curve_every updates is kept and evaluated, the
+    # BLEU-vs-updates curves.  0: no converged study.
+    converged_cap: int = 0
+    converged_patience: int = 0
+    curve_every: int = 0
 
 
 PRESETS: Dict[str, Preset] = {
@@ -70,18 +78,24 @@ PRESETS: Dict[str, Preset] = {
                   postnorm_lr=2e-3, postnorm_warmup=600,
                   depths=(6, 12, 24), decoder_layers=3, dd_encoder=6, dd_depths=(3, 6, 12), teacher_layers=12,
                   ssl_layers=12, stage1_factor=2.0, stage2_factor=0.5, save_every=50, valid_every=100,
-                  patience=3, train_sample=500, bpe=4000),
+                  patience=3, train_sample=500, bpe=4000,
+                  # 8x the short budget; 8 validations (800 updates) without improvement; a curve point
+                  # every 800 updates.  ssl-stage1-12-s1 (pre-norm 12-3, patience 3) was still improving
+                  # at 3200 updates (16.28 sacreBLEU), so the cap is well above where it stops
+                  converged_cap=12800, converged_patience=8, curve_every=800),
     # IWSLT-small shapes (d 256, FFN 1024) on the evidence corpus; schedules scaled to ~50k pairs
     "gpu": Preset("gpu", dim=256, ffn=1024, heads=4, updates=8000, max_tokens=8192, lr=1e-3, warmup=1000,
                   depths=(6, 12, 24), decoder_layers=3, dd_encoder=6, dd_depths=(3, 6, 12, 18), teacher_layers=24,
                   ssl_layers=24, stage1_factor=2.0, stage2_factor=0.5, save_every=500, valid_every=500,
                   patience=5, train_sample=1000, bpe=10000, extra=("--bf16",),
+                  converged_cap=64000, converged_patience=10, curve_every=4000,
                   corpus="work/evidence-corpus/en-de"),
     # the CI test of the pipeline: nothing learns, every stage runs
     "tiny": Preset("tiny", dim=16, ffn=32, heads=2, updates=4, max_tokens=512, lr=1e-3, warmup=2,
                    depths=(2,), decoder_layers=1, dd_encoder=2, dd_depths=(1, 2), teacher_layers=4,
                    ssl_layers=4, stage1_factor=1.0, stage2_factor=1.0, save_every=1, valid_every=2, patience=2,
                    train_sample=10, bpe=200, subset=(400, 20), families=("prenorm", "msc"),
+                   converged_cap=8, converged_patience=2, curve_every=4,
                    close_bleu=0.0),  # nothing learns, every difference is close: the rule has its own test
 }
 
@@ -133,6 +147,8 @@ class Run:
     init: Optional[Tuple[str, Path]] = None  # ("finetune" | "continue", checkpoint)
     early_stop: bool = False  # validate every valid_every updates, --patience
     unk_gap: bool = False
+    patience: Optional[int] = None  # early stopping: validations without improvement (None: preset.patience)
+    curve_every: int = 0  # keep and evaluate the checkpoint of every multiple of this update (0: none)
 
 
 def model_flags(p: Preset, enc: int, dec: int, *flags: str) -> List[str]:
@@ -176,15 +192,16 @@ def dd_search_runs(p: Preset, seed: int) -> List[Run]:
 
 
 def choose_dd_depth(p: Preset, results: Dict[str, dict], seed: int) -> Tuple[int, str]:
-    """The shallowest searched depth whose plain decoder has lower BLEU *and* a smaller UNK-source
-    gap than the shallow one; else the deepest (and the reason)."""
+    """The shallowest searched depth whose plain decoder is worse on the *valid* set (higher valid
+    NLL) *and* has a smaller UNK-source gap (also measured on valid) than the shallow one; else the
+    deepest (and the reason).  Nothing of the test set is read: it is read once per final system."""
     res = {d: results.get(f"dd-plain-{p.dd_encoder}-{d}-s{seed}", {}) for d in p.dd_depths}
     shallow = res[p.dd_depths[0]]
     for d in p.dd_depths[1:]:
         r = res[d]
-        if r.get("bleu", math.inf) < shallow.get("bleu", -math.inf) and \
+        if r.get("valid_nll", -math.inf) > shallow.get("valid_nll", math.inf) and \
                 r.get("unk_gap", math.inf) < shallow.get("unk_gap", -math.inf):
-            return d, f"{d} layers: lower BLEU and a smaller UNK-source gap than {p.dd_depths[0]} layers"
+            return d, f"{d} layers: higher valid NLL and a smaller UNK-source gap than {p.dd_depths[0]} layers"
     return p.dd_depths[-1], (f"no searched depth is both worse and less source-dependent than "
                              f"{p.dd_depths[0]} layers: the comparison runs at the deepest, {p.dd_depths[-1]}")
 
@@ -215,6 +232,64 @@ def teacher_runs(p: Preset, seeds: Sequence[int]) -> List[Run]:
     return [teacher_run(p, s) for s in sorted({1, *seeds})]
 
 
+# the converged comparison's systems at each depth of the preset (issue: evidence round 2, section 1):
+# every depth-study family at the two shallower depths; at the deepest, pre-norm, DLCL, MSC, DeepNorm
+# and the better transparent variant (by valid NLL at the middle depth: best_transparent), as the issue
+# asks, and post-norm, DeepNorm's reference ("does it rescue post-norm?")
+CONVERGED_DEEPEST = ("postnorm", "prenorm", "dlcl", "msc", "deepnorm")
+CONVERGED_SEEDS = 3  # every headline system of this comparison (section 4: >= 3 seeds)
+
+
+def converged_seeds(seeds: Sequence[int]) -> List[int]:
+    """The study's seeds and seeds 1 .. CONVERGED_SEEDS."""
+    return sorted(set(seeds) | set(range(1, CONVERGED_SEEDS + 1)))
+
+
+def best_transparent(p: Preset, results: Dict[str, dict]) -> Optional[str]:
+    """The transparent variant (post- or pre-norm) with the lower mean valid NLL of the converged runs
+    at the middle depth (valid only); None until both have finished every seed."""
+    mid = p.depths[len(p.depths) // 2] if len(p.depths) > 1 else p.depths[0]
+    means = {}
+    for fam in ("transparent-post", "transparent-pre"):
+        vals = [r.get("valid_nll") for n, r in results.items() if r.get("system") == f"conv-{fam}-{mid}"]
+        if fam not in (p.families or FAMILIES):
+            continue
+        if len(vals) < CONVERGED_SEEDS or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in vals):
+            return None
+        means[fam] = statistics.fmean(vals)
+    return min(means, key=means.get) if means else None
+
+
+def converged_families(p: Preset, n: int, results: Optional[Dict[str, dict]] = None) -> List[str]:
+    fams = [f for f in FAMILIES if f in (p.families or FAMILIES)]
+    if len(p.depths) < 3 or n != p.depths[-1]:
+        return fams
+    best = best_transparent(p, results or {})
+    return [f for f in fams if f in CONVERGED_DEEPEST or f == best]
+
+
+def converged_runs(p: Preset, seeds: Sequence[int], results: Optional[Dict[str, dict]] = None) -> List[Run]:
+    """Early-stopped on valid loss (patience ``converged_patience``) or stopped at ``converged_cap``,
+    a checkpoint every ``curve_every`` updates kept for the curves; the same systems as the depth study."""
+    if not p.converged_cap:
+        return []
+    return [r for n in p.depths for fam in converged_families(p, n, results)
+            for r in seeded(f"conv-{fam}-{n}", converged_seeds(seeds),
+                            model=model_flags(p, n, p.decoder_layers, *FAMILIES[fam]), updates=p.converged_cap,
+                            early_stop=True, patience=p.converged_patience, curve_every=p.curve_every)]
+
+
+def run_updates(p: Preset, name: str) -> int:
+    """The update cap of a planned run, from its name (the status line's budget)."""
+    if name.startswith("conv-"):
+        return p.converged_cap
+    if name.startswith(("gpkd-teacher-", "ssl-stage1-")):
+        return int(p.updates * p.stage1_factor)
+    if name.startswith("ssl-stage2-"):
+        return int(p.updates * p.stage2_factor)
+    return p.updates
+
+
 def ssl_stage1(p: Preset) -> Run:
     return Run(f"ssl-stage1-{p.ssl_layers}-s1", f"ssl-stage1-{p.ssl_layers}", 1,
                model_flags(p, p.ssl_layers, p.decoder_layers), updates=int(p.updates * p.stage1_factor),
@@ -235,6 +310,9 @@ def headline_pairs(p: Preset, dd_depth: Optional[int] = None) -> Dict[str, List[
         + [(f"dd-{k}-{p.dd_encoder}-{dec}", f"dd-plain-{p.dd_encoder}-{dec}") for k in DD_KINDS[1:]],
         "gpkd": [(f"gpkd-teacher-{p.teacher_layers}", base), (student, base), (student, skd), (skd, base)],
         "ssl": [(f"ssl-stage2-skip-{p.ssl_layers}", f"ssl-stage2-plain-{p.ssl_layers}")],
+        "converged": [(f"conv-{fam}-{n}", f"conv-{'postnorm' if fam in POST_NORM_FAMILIES else 'prenorm'}-{n}")
+                      for n in p.depths for fam in fams if fam not in ("prenorm", "postnorm")]
+        + [(f"conv-{fam}-{n}", f"conv-{fam}-{p.depths[0]}") for n in p.depths[1:] for fam in fams],
     }
 
 
@@ -313,7 +391,7 @@ def planned(p: Preset, seeds: Sequence[int], dd_depth: Optional[int] = None,
     that the finished ``results`` call for."""
     dec = dd_depth or p.dd_depths[-1]
     names = [r.name for r in depth_runs(p, seeds) + dd_search_runs(p, seeds[0]) + dd_compare_runs(p, dec, seeds)
-             + teacher_runs(p, seeds) + baseline(p, seeds) + [ssl_stage1(p)]]
+             + teacher_runs(p, seeds) + baseline(p, seeds) + [ssl_stage1(p)] + converged_runs(p, seeds, results)]
     shape = model_flags(p, p.depths[0], p.decoder_layers)
     names += [r.name for sys_ in (f"gpkd-student-{p.depths[0]}", f"skd-only-{p.depths[0]}",
                                   f"ssl-stage2-skip-{p.ssl_layers}", f"ssl-stage2-plain-{p.ssl_layers}")
@@ -337,6 +415,8 @@ def independent_runs(p: Preset, only: Sequence[str], seeds: Sequence[int]) -> Li
         runs += teacher_runs(p, seeds) + baseline(p, seeds)
     if "ssl" in only:
         runs.append(ssl_stage1(p))
+    if "converged" in only:  # the deepest depth's transparent run waits for the middle depth's (dependent_runs)
+        runs += converged_runs(p, seeds)
     return runs
 
 

@@ -8,7 +8,9 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from fidelity_plan import DD_KINDS, FAMILIES, REPO, by_system, dd_choice, headline_pairs, stat
+from fidelity_plan import (CONVERGED_SEEDS, DD_KINDS, FAMILIES, REPO, by_system, converged_families, dd_choice, headline_pairs,
+                           run_updates, stat)
+from fidelity_stats import ALPHA, BOOTSTRAP_SAMPLES, decode_stats, paired_bootstrap
 
 FINDINGS = Path(__file__).with_name("fidelity_findings.md")
 METRICS = (("final_train_loss", "train loss", False), ("valid_nll", "valid NLL", False),
@@ -24,7 +26,15 @@ def fmt(s: Optional[Tuple[float, float, int]], digits: int = 2) -> str:
 
 def verdict(name_a: str, a: List[dict], name_b: str, b: List[dict], key: str = "bleu",
             higher_better: bool = True, close: float = 0.0) -> str:
-    """'A > B' only when the means differ by more than each system's spread (and both have >= 2 seeds).
+    """The study's one rule for a call, applied to every headline comparison:
+
+    * both systems have >= 2 seeds, and the means differ by more than each system's spread
+      (max - min over seeds);
+    * for test BLEU, when every run of both systems kept its sentence statistics: the paired
+      bootstrap over the test sentences of the seed-mean BLEU (:mod:`fidelity_stats`) gives
+      p < ALPHA.  Records without them (made before the statistics were kept) are called on the
+      seed rule alone, and the call says so.
+
     A difference under ``close`` with fewer than 3 seeds is marked as waiting for its third seed."""
     sa, sb = stat(a, key), stat(b, key)
     if sa is None or sb is None:
@@ -35,12 +45,21 @@ def verdict(name_a: str, a: List[dict], name_b: str, b: List[dict], key: str = "
     seeds = f"{sa[2]} vs {sb[2]} seeds"
     if abs(diff) < close and min(sa[2], sb[2]) < 3:
         seeds += f"; under {close:g} apart, so a third seed is planned (issue 16) and this call waits for it"
+    boot = paired_bootstrap([decode_stats(r.get("test_stats")) for r in a if isinstance(r.get(key), (int, float))],
+                            [decode_stats(r.get("test_stats")) for r in b if isinstance(r.get(key), (int, float))]
+                            ) if key == "bleu" else None
+    paired = ("" if key != "bleu" else "; no paired bootstrap: records without sentence statistics" if boot is None
+              else f"; paired bootstrap over {boot['sentences']} test sentences: p = {boot['p']:.3f}, 95% interval "
+                   f"{boot['low']:+.2f} to {boot['high']:+.2f}")
     if abs(diff) <= max(sa[1], sb[1]):
         return (f"{name_a} vs {name_b}: {diff:+.2f} {key}, within the spread ({max(sa[1], sb[1]):.2f}): "
-                f"no difference ({seeds})")
+                f"no difference ({seeds}{paired})")
+    if boot is not None and boot["p"] >= ALPHA:
+        return (f"{name_a} vs {name_b}: {diff:+.2f} {key}, beyond the spreads ({sa[1]:.2f}, {sb[1]:.2f}) but not "
+                f"over the test sentences (p >= {ALPHA:g}): no difference ({seeds}{paired})")
     better = (diff > 0) == higher_better
     return (f"{name_a} {'better' if better else 'worse'} than {name_b}: {diff:+.2f} {key} "
-            f"(spreads {sa[1]:.2f}, {sb[1]:.2f}; {seeds})")
+            f"(spreads {sa[1]:.2f}, {sb[1]:.2f}; {seeds}{paired})")
 
 
 def table(systems: Dict[str, List[dict]], names: List[str], extra: Tuple[Tuple[str, str], ...] = ()) -> List[str]:
@@ -90,15 +109,26 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
              "label smoothing (`benchmarks/fidelity_eval.py`). BLEU: detokenized "
              "sacreBLEU (13a) of beam-4 translations against the raw references, on the test split and on the "
              f"first {p.train_sample} training pairs (train-sample BLEU, the degradation test of MSC Fig. 2). "
-             "Each cell is the mean ± spread (max − min) over seeds; a difference is called only when it "
-             "exceeds both systems' spreads.", ""]
+             "Each cell is the mean ± spread (max − min) over seeds. One rule makes every call "
+             "(`fidelity_report.verdict`): a difference is called only when it exceeds both systems' spreads "
+             f"and, for test BLEU, when the paired bootstrap over the test sentences ({BOOTSTRAP_SAMPLES} "
+             f"resamples of the seed-mean sacreBLEU, `benchmarks/fidelity_stats.py`) gives p < {ALPHA:g}; "
+             "runs recorded before their sentence statistics were kept are called on the spreads alone, "
+             "and their calls say so.", ""]
     if planned is not None:
         missing = [n for n in planned if n not in results]
         failed = sorted(n for n, r in results.items() if r.get("diverged"))
+        hours = remaining_hours(p, missing, results)
         lines += [f"**Status: {len(planned) - len(missing)} of {len(planned)} planned runs finished"
                   + (f" ({len(failed)} failed or diverged: {', '.join(failed)})" if failed else "") + ".**"
                   + (f" Not yet run: {', '.join(missing)}. The same command resumes the study; every "
-                     "comparison below is read only from what has finished." if missing else ""), ""]
+                     "comparison below is read only from what has finished." if missing else "")
+                  + (f" Budget of what is left: at most {hours:.0f} core-hours (about {hours / 2:.0f} hours on "
+                     "2 cores with `--jobs 2`), each run at its update cap, at the seconds per update of the "
+                     "finished runs of its encoder depth (`fidelity_report.remaining_hours`); early stopping "
+                     "shortens the converged runs. Order (`--order short-first` and the study's phases): the "
+                     "12-layer converged comparison first (it settles the convergence confound), the GPKD "
+                     "controls, then 24 layers." if missing and hours else ""), ""]
     if p.name == "cpu":  # the hand-written findings (both presets) live in one report, the CPU one's
         lines += [FINDINGS.read_text().strip(), ""] if FINDINGS.exists() else []
     elif p.name != "tiny":
@@ -119,6 +149,26 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
                 lines.append(f"- degradation, {verdict(hi, systems[hi], lo, systems[lo], 'train_bleu')}")
         _plot_depth(systems, p, img / f"{tag}-depth.png")
         lines += ["", f"![depth](img/{tag}-depth.png)", ""]
+
+    # 1b. converged depth comparison
+    conv_names = [f"conv-{fam}-{n}" for n in p.depths for fam in converged_families(p, n, results)]
+    if any(n in systems for n in conv_names):
+        lines += ["## 1b. Depth, converged: every system stops by one rule on the valid set", "",
+                  f"The systems of section 1, trained until the valid loss (validated every {p.valid_every} "
+                  f"updates) has not improved for {p.converged_patience} validations, or {p.converged_cap} updates "
+                  f"at most; the last 3 checkpoints averaged and evaluated as in section 1, {CONVERGED_SEEDS} seeds at "
+                  "least. `stopped at` / `best` are update counts. At the deepest depth: post-norm, pre-norm, DLCL, "
+                  "MSC, DeepNorm and the transparent variant with the lower valid NLL at the middle depth. The section-1 "
+                  f"tables are the short-budget setting ({p.updates} updates).", ""]
+        lines += table(systems, [n for n in conv_names if n in systems],
+                       (("stopped_at", "stopped at"), ("best_update", "best")))
+        lines += ["", "Calls (test BLEU):", ""] + calls("converged")
+        if any(r.get("curve") for n in conv_names for r in systems.get(n, [])):
+            _plot_converged(systems, conv_names, img / f"{tag}-converged.png")
+            lines += ["", f"![BLEU vs updates](img/{tag}-converged.png)", "",
+                      f"Test BLEU of the single checkpoint every {p.curve_every} updates, mean over seeds: where "
+                      "each system would be at any budget.", ""]
+        lines.append("")
 
     # 2. deep decoder
     search = [f"dd-plain-{p.dd_encoder}-{d}" for d in p.dd_depths]
@@ -215,13 +265,68 @@ def _plot_depth(systems, p, path: Path) -> None:
     plt.close(fig)
 
 
+def remaining_hours(p, missing: List[str], results: Dict[str, dict]) -> float:
+    """Core-hours of the missing runs, each at its update cap (:func:`fidelity_plan.run_updates`) and
+    the median seconds per update of the finished runs with the same encoder depth (all finished
+    runs when none has it), plus 60 s of evaluation (and 60 s per curve point)."""
+    import re
+    import statistics
+
+    def depth(name):
+        m = re.search(r"-(\d+)(?:-\d+)?-s\d+$", name)
+        return int(m.group(1)) if m else None
+
+    rate: Dict[Optional[int], List[float]] = {}
+    for n, r in results.items():
+        steps = r.get("losses")[-1][0] if r.get("losses") else None
+        if r.get("train_seconds") and steps:
+            rate.setdefault(depth(n), []).append(r["train_seconds"] / steps)
+    every = [x for xs in rate.values() for x in xs]
+    if not every:
+        return 0.0
+    total = 0.0
+    for n in missing:
+        updates = run_updates(p, n)
+        per = statistics.median(rate.get(depth(n)) or every)
+        points = updates // p.curve_every if n.startswith("conv-") and p.curve_every else 0
+        total += per * updates + 60 * (1 + points)
+    return total / 3600
+
+
+def _plot_converged(systems, names, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import statistics
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for n in names:
+        curves = [r.get("curve") or [] for r in systems.get(n, [])]
+        points: Dict[int, List[float]] = {}
+        for c in curves:
+            for pt in c:
+                if isinstance(pt.get("bleu"), (int, float)):
+                    points.setdefault(pt["updates"], []).append(pt["bleu"])
+        if points:
+            xs = sorted(points)
+            ax.plot(xs, [statistics.fmean(points[x]) for x in xs], marker=".", label=n, linewidth=0.9)
+    ax.set_xlabel("update")
+    ax.set_ylabel("test sacreBLEU (single checkpoint)")
+    ax.legend(fontsize=5, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def _plot_curves(results, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = [("depth", lambda n: not n.startswith(("dd-", "gpkd-", "skd-", "ssl-"))),
+    groups = [("depth", lambda n: not n.startswith(("dd-", "gpkd-", "skd-", "ssl-", "conv-"))),
+              ("depth, converged", lambda n: n.startswith("conv-")),
               ("deep decoder", lambda n: n.startswith("dd-")),
               ("GPKD", lambda n: n.startswith(("gpkd-", "skd-"))),
               ("skipping sub-layer", lambda n: n.startswith("ssl-"))]

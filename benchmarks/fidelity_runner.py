@@ -23,8 +23,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from deepnmt_fairseq.distill import plan as gpkd_plan
 from fidelity_launcher import Launcher
-from fidelity_plan import (REPO, REPRODUCED, Preset, Run, close_systems, choose_dd_depth, dd_compare_runs,
-                           dd_search_runs, finished, headline_pairs, independent_runs, model_flags, record_path,
+from fidelity_plan import (REPO, REPRODUCED, Preset, Run, close_systems, choose_dd_depth, converged_runs,
+                           dd_compare_runs, dd_search_runs, finished, headline_pairs, independent_runs, model_flags, record_path,
                            seeded, ssl_stage1, teacher_run)
 
 # --user-dir of every command: the installed package (found without importing fairseq here)
@@ -118,10 +118,13 @@ class Study:
         if "--bf16" not in p.extra and "--fp16" not in p.extra:
             cmd.append("--cpu")
         if r.early_stop:
-            cmd += ["--validate-interval-updates", str(p.valid_every), "--patience", str(p.patience),
+            cmd += ["--validate-interval-updates", str(p.valid_every),
+                    "--patience", str(r.patience if r.patience is not None else p.patience),
                     "--best-checkpoint-metric", "loss"]
         else:
             cmd += ["--disable-validation"]
+        if r.curve_every:  # interval checkpoints at multiples of curve_every are not deleted
+            cmd += ["--keep-interval-updates-pattern", str(r.curve_every)]
         if r.init is not None:
             how, ckpt = r.init
             cmd += ["--finetune-from-model" if how == "finetune" else "--continue-once", str(ckpt)]
@@ -177,9 +180,30 @@ class Study:
         if r.early_stop:
             out["best_update"] = self.updates_of(save / "checkpoint_best.pt")
             out["stopped_at"] = self.updates_of(save / "checkpoint_last.pt")
+        if r.curve_every and not out["diverged"]:
+            out["curve"] = self.curve(save, r.curve_every)
         self._save(r.name, out)
         log(f"  {r.name}: " + json.dumps({k: out.get(k) for k in ("final_train_loss", "valid_nll", "bleu",
                                                                    "train_bleu", "unk_gap", "train_seconds")}))
+        return out
+
+    def curve(self, save: Path, every: int) -> List[dict]:
+        """Valid NLL and test / train-sample BLEU of the single checkpoint at every multiple of
+        ``every`` updates (kept by ``--keep-interval-updates-pattern``), in update order; each point
+        is cached in ``curve-U.json``, so an interrupted evaluation resumes."""
+        points = []
+        for ckpt in save.glob("checkpoint_*_*.pt"):
+            update = int(ckpt.stem.rsplit("_", 1)[1])
+            if update % every == 0:
+                points.append((update, ckpt))
+        out = []
+        for update, ckpt in sorted(points):
+            cache = save / f"curve-{update}.json"
+            if not cache.exists():
+                res = self.evaluate(ckpt)
+                cache.write_text(json.dumps({"updates": update, **{k: res.get(k) for k in
+                                                                  ("valid_nll", "bleu", "train_bleu", "test_stats")}}))
+            out.append(json.loads(cache.read_text()))
         return out
 
     @staticmethod
@@ -277,10 +301,10 @@ def gpkd_student_runs(study: Study, p: Preset, seeds, jobs: int) -> List[Run]:
         study.rebuild(teacher_run(p))
     # the one GPKD planner's stages (deepnmt_fairseq.distill.plan): SKD from the averaged teacher,
     # then one layer per group with h = the group size the teacher was GP-trained with (Eq. 4)
-    skd_stage = gpkd_plan.skd_stage(study.data, avg, skd, study.device(), ["--batch-size", "128", "--shards", jobs])
-    if not skd_stage.is_done():
+    if not (skd / ".done").exists():  # the marker of gpkd_plan.skd_stage's output
         log("SKD data: the averaged teacher translates the training set")
-        study.call(skd_stage.command(), study.work / "skd.log")
+        study.call(gpkd_plan.skd_stage(study.data, avg, skd, study.device(),
+                                       ["--batch-size", "128", "--shards", jobs]).command(), study.work / "skd.log")
     if not student.exists():
         h_enc, h_dec = teacher_group_sizes(avg)
         if h_enc != h:
@@ -412,4 +436,7 @@ def dependent_runs(study: Study, p: Preset, only: Sequence[str], seeds: Sequence
         runs += gpkd_student_runs(study, p, seeds, jobs)
     if "ssl" in only and not results.get(ssl_stage1(p).name, {}).get("diverged", True):
         runs += ssl_stage2_runs(study, p, seeds)
+    if "converged" in only:  # the deepest depth's transparent variant: the better one at the middle depth
+        runs += [r for r in converged_runs(p, seeds, finished(study.work, study.records))
+                 if study.result(r.name) is None]
     return runs

@@ -35,6 +35,73 @@ def test_verdict_calls_a_difference_only_beyond_both_spreads():
     assert verdict("d", worse, "a", a, "valid_nll", higher_better=False).startswith("d worse than a")
 
 
+def test_paired_bootstrap_is_sacrebleus_bleu_resampled_over_the_same_sentences():
+    """The per-sentence statistics sum to sacreBLEU's corpus score (its 'exp' smoothing included);
+    the bootstrap is deterministic, finds a system that is better on most sentences, and does not
+    find one that differs on a single sentence of 60."""
+    import random
+
+    import numpy as np
+    import sacrebleu
+    from fidelity_stats import (_bleu_rows, bleu_from_stats, decode_stats, encode_stats, paired_bootstrap,
+                                sentence_stats)
+
+    rng = random.Random(3)
+    words = "der die das haus ist gut ein mann frau kind und oder nicht".split()
+    refs = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 9))) for _ in range(60)]
+    noisy = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 9))) for _ in range(60)]
+    for hyps in (noisy, refs, noisy[:7] + refs[7:]):
+        st = sentence_stats(hyps, refs)
+        assert decode_stats(encode_stats(st)) == st
+        corpus = sacrebleu.corpus_bleu(hyps, [refs]).score
+        assert abs(bleu_from_stats(np.sum(st, 0)) - corpus) < 1e-9
+        assert abs(_bleu_rows(np.sum(st, 0, keepdims=True))[0] - corpus) < 1e-6
+    good = [sentence_stats([r if i % 5 else n for i, (r, n) in enumerate(zip(refs, noisy))], refs)]
+    bad = [sentence_stats(noisy, refs)]
+    res = paired_bootstrap(good, bad, samples=300)
+    assert res["delta"] > 30 and res["p"] < 0.01 and res["low"] > 0 and res == paired_bootstrap(good, bad, samples=300)
+    one_off = [sentence_stats(refs[:59] + noisy[59:], refs)]
+    assert paired_bootstrap([sentence_stats(refs, refs)], one_off, samples=300)["p"] > 0.05
+    assert paired_bootstrap(good, [None]) is None and paired_bootstrap(good, [st[:10]]) is None
+
+
+def test_a_call_beyond_the_seed_spreads_needs_the_paired_bootstrap_too():
+    """Two systems whose seeds agree exactly (spread 0) and differ on one test sentence of 60: the
+    seed rule alone would call it; the paired bootstrap does not, so the verdict is no difference.
+    Records without sentence statistics are called on the spreads and say so."""
+    import random
+
+    from fidelity_report import verdict
+    from fidelity_stats import encode_stats, sentence_stats
+
+    rng = random.Random(4)
+    words = "der die das haus ist gut ein mann frau kind und oder nicht".split()
+    refs = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 9))) for _ in range(60)]
+    other = refs[:59] + ["und oder nicht"]
+    a = [_run("a", s, 100.0, test_stats=encode_stats(sentence_stats(refs, refs))) for s in (1, 2)]
+    b = [_run("b", s, 98.5, test_stats=encode_stats(sentence_stats(other, refs))) for s in (1, 2)]
+    v = verdict("a", a, "b", b)
+    assert "no difference" in v and "not over the test sentences" in v and "paired bootstrap over 60" in v
+    assert verdict("a", [dict(r, test_stats=None) for r in a], "b", b).startswith("a better than b")
+    assert "no paired bootstrap" in verdict("a", [dict(r, test_stats=None) for r in a], "b", b)
+
+
+def test_the_deep_decoder_depth_is_chosen_on_valid_only():
+    """The search compares valid NLL and the (valid) UNK-source gap with the shallow decoder; test
+    BLEU, however it is set, changes nothing."""
+    from fidelity_plan import PRESETS, choose_dd_depth
+
+    p = PRESETS["cpu"]  # dd_depths (3, 6, 12)
+
+    def res(nll6, gap6, bleu6):
+        runs = {3: (4.55, 2.7, 14.9), 6: (nll6, gap6, bleu6), 12: (4.43, 3.9, 17.7)}
+        return {f"dd-plain-6-{d}-s1": {"valid_nll": v, "unk_gap": g, "bleu": b} for d, (v, g, b) in runs.items()}
+
+    assert choose_dd_depth(p, res(4.60, 2.5, 99.0), 1)[0] == 6  # worse on valid, less source-dependent
+    assert choose_dd_depth(p, res(4.50, 2.5, 0.0), 1)[0] == 12  # better on valid: not the premise
+    assert choose_dd_depth(p, res(4.60, 2.9, 0.0), 1)[0] == 12  # more source-dependent: not the premise
+
+
 def test_report_tables_have_mean_and_spread_per_system_and_every_command(tmp_path, monkeypatch):
     import fidelity_plan as plan
     import fidelity_report
@@ -110,6 +177,25 @@ def test_tiny_study_runs_every_comparison_with_two_seeds_and_resumes(tmp_path):
     text = report.read_text()
     for section in ("## 1. Depth", "## 2. Deep decoder", "## 3. GPKD", "## 4. Skipping sub-layer", "## Commands"):
         assert section in text
+    # every run keeps sacreBLEU's statistics of each test sentence, and the calls use the paired bootstrap
+    from fidelity_stats import bleu_from_stats, decode_stats
+
+    n_test = len((work / "tok" / "test.raw.de").read_text().splitlines())
+    for r in done.values():
+        if "bleu" in r:
+            st = decode_stats(r["test_stats"])
+            assert len(st) == n_test and abs(bleu_from_stats([sum(c) for c in zip(*st)]) - r["bleu"]) < 0.006
+    assert "paired bootstrap over" in text and "no paired bootstrap" not in text
+    # the converged comparison: 3 seeds, early stopping on valid loss, curve checkpoints kept and evaluated
+    conv = {f"conv-{fam}-{n}-s{s}" for fam in p.families for n in p.depths for s in (1, 2, 3)}
+    assert conv <= set(done) and "## 1b. Depth, converged" in text
+    for name in conv:
+        r, cmd = done[name], shlex.split(done[name]["command"])
+        assert cmd[cmd.index("--patience") + 1] == str(p.converged_patience)
+        assert cmd[cmd.index("--max-update") + 1] == str(p.converged_cap)
+        assert cmd[cmd.index("--keep-interval-updates-pattern") + 1] == str(p.curve_every)
+        assert r["curve"] and all(pt["updates"] % p.curve_every == 0 and "bleu" in pt for pt in r["curve"])
+        assert r["stopped_at"] <= p.converged_cap
     # resumable: a second run trains nothing and leaves every result as it was
     stamps = {n: (work / "runs" / n / "done.json").stat().st_mtime_ns for n in done}
     assert fidelity.main(args) == 0

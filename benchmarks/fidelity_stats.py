@@ -1,0 +1,104 @@
+"""Paired statistics of the evidence study over test sentences (issue: evidence round 2, section 4).
+
+Each run's evaluation (``fidelity_eval.py``) keeps, next to its test BLEU, the sufficient statistics of
+sacreBLEU for every test sentence (the record's ``test_stats``, :func:`encode_stats`: hypothesis length,
+reference length, matched and total 1- to 4-grams; :func:`sentence_stats`).  Records made before
+this have none: their comparisons get no paired test.  From them :func:`paired_bootstrap` resamples the test
+set (Koehn 2004, the test of ``sacrebleu --paired-bs``): in each of ``samples`` resamples the same
+sentences are drawn for both systems, each system's corpus BLEU is computed on them for every seed
+and averaged over its seeds, and the difference is recorded.  ``p`` is the share of resamples whose
+difference does not have the sign of the observed one (plus one, over samples plus one); the 95%
+interval is the 2.5th to 97.5th percentile of the resampled differences.
+
+The resampling seed is fixed, so a report regenerated from the same records prints the same p.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+BOOTSTRAP_SAMPLES = 1000
+BOOTSTRAP_SEED = 12345
+#: a difference is significant over the test sentences when p is below this
+ALPHA = 0.05
+
+
+def sentence_stats(hyps: Sequence[str], refs: Sequence[str]) -> List[List[int]]:
+    """sacreBLEU's per-sentence statistics (13a tokenization, as ``corpus_bleu``): one list of 10
+    ints per sentence, [hyp length, ref length, matches 1..4, totals 1..4]."""
+    from sacrebleu.metrics import BLEU
+
+    return [[int(x) for x in row] for row in BLEU()._extract_corpus_statistics(list(hyps), [list(refs)])]
+
+
+def encode_stats(stats: Sequence[Sequence[int]]) -> str:
+    """The statistics as one line of a record: sentences separated by ';', numbers by spaces."""
+    return ";".join(" ".join(str(int(x)) for x in row) for row in stats)
+
+
+def decode_stats(text: Optional[str]) -> Optional[List[List[int]]]:
+    if not text:
+        return None
+    return [[int(x) for x in row.split()] for row in text.split(";")]
+
+
+def bleu_from_stats(totals) -> float:
+    """Corpus BLEU of summed statistics (sacreBLEU's formula: exp smoothing off, brevity penalty)."""
+    from sacrebleu.metrics import BLEU
+
+    return float(BLEU()._compute_score_from_stats([int(x) for x in totals]).score)
+
+
+def _bleu_rows(sums):
+    """Corpus BLEU of each row of summed statistics: sacreBLEU's formula with its default 'exp'
+    smoothing (an n-gram order without a match counts 1 / (2^k * total), k the number of such
+    orders so far) and brevity penalty, vectorised over the rows."""
+    import numpy as np
+
+    sums = np.asarray(sums, dtype=np.float64)
+    hyp, ref = sums[:, 0], sums[:, 1]
+    smooth = np.ones(len(sums))
+    logs = np.zeros(len(sums))
+    for k in range(4):
+        match, total = sums[:, 2 + k], sums[:, 6 + k]
+        safe_total = np.where(total > 0, total, 1.0)
+        zero = (match == 0) & (total > 0)
+        smooth = np.where(zero, smooth * 2, smooth)
+        prec = np.where(total > 0, np.where(zero, 1.0 / (smooth * safe_total), match / safe_total), 0.0)
+        with np.errstate(divide="ignore"):
+            logs = logs + np.log(prec)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bp = np.where(hyp < ref, np.exp(1 - ref / np.where(hyp > 0, hyp, 1.0)), 1.0)
+        score = 100 * bp * np.exp(logs / 4)
+    return np.where((hyp > 0) & np.isfinite(score), score, 0.0)
+
+
+def paired_bootstrap(a: Sequence[Sequence[Sequence[int]]], b: Sequence[Sequence[Sequence[int]]],
+                     samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED) -> Optional[dict]:
+    """System A (its seeds' sentence statistics) against system B on the same test sentences:
+    {"delta": seed-mean BLEU of A - of B, "p", "low", "high", "samples", "sentences"}; None when a
+    seed's statistics are missing or the runs were evaluated on different test sets."""
+    import numpy as np
+
+    if not a or not b or any(s is None for s in (*a, *b)):
+        return None
+    n = len(a[0])
+    if n == 0 or any(len(s) != n for s in (*a, *b)):
+        return None
+    rng = np.random.default_rng(seed)
+    # counts[r, i]: how often sentence i is drawn in resample r (the same draws for both systems)
+    counts = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(samples)]).astype(np.float64)
+
+    def seed_mean(system):
+        observed = np.mean([_bleu_rows(np.asarray(s, dtype=np.float64).sum(0, keepdims=True))[0] for s in system])
+        resampled = np.mean([_bleu_rows(counts @ np.asarray(s, dtype=np.float64)) for s in system], axis=0)
+        return observed, resampled
+
+    obs_a, res_a = seed_mean(a)
+    obs_b, res_b = seed_mean(b)
+    delta = float(obs_a - obs_b)
+    diffs = res_a - res_b
+    against = np.sum(diffs <= 0) if delta > 0 else np.sum(diffs >= 0)
+    return {"delta": round(delta, 2), "p": round(float((against + 1) / (samples + 1)), 4),
+            "low": round(float(np.percentile(diffs, 2.5)), 2), "high": round(float(np.percentile(diffs, 97.5)), 2),
+            "samples": samples, "sentences": n}
