@@ -177,6 +177,18 @@ def baseline(p: Preset, seeds) -> List[Run]:
     return seeded(f"prenorm-{p.depths[0]}", seeds, model=model_flags(p, p.depths[0], p.decoder_layers))
 
 
+def matched_updates(p: Preset) -> int:
+    """The GPKD student's total training (evidence round 2, section 3): the teacher's updates, whose
+    layers it starts from, plus its own."""
+    return int(p.updates * p.stage1_factor) + p.updates
+
+
+def matched_baseline(p: Preset, seeds) -> List[Run]:
+    """The 6-layer baseline trained as long as the GPKD student in all (teacher + student updates)."""
+    return seeded(f"prenorm-{p.depths[0]}-matched", seeds, model=model_flags(p, p.depths[0], p.decoder_layers),
+                  updates=matched_updates(p))
+
+
 def dd_system(p: Preset, dec: int, kind: str) -> Tuple[List[str], List[str]]:
     from deepnmt_fairseq.models.architectures import cad_defaults
 
@@ -287,6 +299,8 @@ def run_updates(p: Preset, name: str) -> int:
         return int(p.updates * p.stage1_factor)
     if name.startswith("ssl-stage2-"):
         return int(p.updates * p.stage2_factor)
+    if "-matched-" in name:
+        return matched_updates(p)
     return p.updates
 
 
@@ -308,7 +322,9 @@ def headline_pairs(p: Preset, dd_depth: Optional[int] = None) -> Dict[str, List[
                   for n in p.depths for fam in fams if fam not in ("prenorm", "postnorm")],
         "deep-decoder": [(f"dd-plain-{p.dd_encoder}-{dec}", f"dd-plain-{p.dd_encoder}-{p.dd_depths[0]}")]  # premise
         + [(f"dd-{k}-{p.dd_encoder}-{dec}", f"dd-plain-{p.dd_encoder}-{dec}") for k in DD_KINDS[1:]],
-        "gpkd": [(f"gpkd-teacher-{p.teacher_layers}", base), (student, base), (student, skd), (skd, base)],
+        "gpkd": [(f"gpkd-teacher-{p.teacher_layers}", base), (student, base), (student, skd), (skd, base),
+                 # matched compute: the baseline and the SKD-only student trained as long as teacher + student
+                 (student, f"{base}-matched"), (student, f"{skd}-matched")],
         "ssl": [(f"ssl-stage2-skip-{p.ssl_layers}", f"ssl-stage2-plain-{p.ssl_layers}")],
         "converged": [(f"conv-{fam}-{n}", f"conv-{'postnorm' if fam in POST_NORM_FAMILIES else 'prenorm'}-{n}")
                       for n in p.depths for fam in fams if fam not in ("prenorm", "postnorm")]
@@ -393,7 +409,8 @@ def planned(p: Preset, seeds: Sequence[int], dd_depth: Optional[int] = None,
     names = [r.name for r in depth_runs(p, seeds) + dd_search_runs(p, seeds[0]) + dd_compare_runs(p, dec, seeds)
              + teacher_runs(p, seeds) + baseline(p, seeds) + [ssl_stage1(p)] + converged_runs(p, seeds, results)]
     shape = model_flags(p, p.depths[0], p.decoder_layers)
-    names += [r.name for sys_ in (f"gpkd-student-{p.depths[0]}", f"skd-only-{p.depths[0]}",
+    names += [r.name for r in matched_baseline(p, seeds)]
+    names += [r.name for sys_ in (f"gpkd-student-{p.depths[0]}", f"skd-only-{p.depths[0]}", f"skd-only-{p.depths[0]}-matched",
                                   f"ssl-stage2-skip-{p.ssl_layers}", f"ssl-stage2-plain-{p.ssl_layers}")
               for r in seeded(sys_, seeds, model=shape)]
     third, results = max(seeds) + 1, results or {}
@@ -412,7 +429,7 @@ def independent_runs(p: Preset, only: Sequence[str], seeds: Sequence[int]) -> Li
     if "deep-decoder" in only:
         runs += dd_search_runs(p, seeds[0])
     if "gpkd" in only:
-        runs += teacher_runs(p, seeds) + baseline(p, seeds)
+        runs += teacher_runs(p, seeds) + baseline(p, seeds) + matched_baseline(p, seeds)
     if "ssl" in only:
         runs.append(ssl_stage1(p))
     if "converged" in only:  # the deepest depth's transparent run waits for the middle depth's (dependent_runs)

@@ -194,7 +194,8 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
 
     # 3. GPKD
     base = f"prenorm-{p.depths[0]}"
-    gp_names = [f"gpkd-teacher-{p.teacher_layers}", base, f"gpkd-student-{p.depths[0]}", f"skd-only-{p.depths[0]}"]
+    gp_names = [f"gpkd-teacher-{p.teacher_layers}", base, f"gpkd-student-{p.depths[0]}", f"skd-only-{p.depths[0]}",
+                f"{base}-matched", f"skd-only-{p.depths[0]}-matched"]
     if any(n in systems for n in gp_names[:1] + gp_names[2:]):
         lines += ["## 3. GPKD (Li et al. Tables 1, 6)", "",
                   f"Teacher: {p.teacher_layers}-layer pre-norm encoder GP-trained with group size h = "
@@ -203,7 +204,9 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
                   "paper distils one teacher; the other seeds measure the teacher against the baseline). Student: "
                   f"{p.depths[0]}-{p.decoder_layers}, initialised with one layer per group "
                   "(`deepnmt-extract-student`) or from scratch, trained on the SKD data; baseline: the same "
-                  "shape on the references.", ""]
+                  "shape on the references. Matched compute (`-matched`): the baseline and the SKD-only student "
+                  f"trained for {int(p.updates * p.stage1_factor) + p.updates} updates, as long as the GPKD student "
+                  "with its teacher's training; the GPKD ordering is called against these.", ""]
         lines += table(systems, [n for n in gp_names if n in systems])
         lines += ["", "Calls:", ""] + calls("gpkd") + [""]
 

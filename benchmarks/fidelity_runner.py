@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from deepnmt_fairseq.distill import plan as gpkd_plan
 from fidelity_launcher import Launcher
 from fidelity_plan import (REPO, REPRODUCED, Preset, Run, close_systems, choose_dd_depth, converged_runs,
-                           dd_compare_runs, dd_search_runs, finished, headline_pairs, independent_runs, model_flags, record_path,
+                           dd_compare_runs, dd_search_runs, finished, matched_updates, headline_pairs, independent_runs, model_flags, record_path,
                            seeded, ssl_stage1, teacher_run)
 
 # --user-dir of every command: the installed package (found without importing fairseq here)
@@ -294,7 +294,9 @@ def gpkd_student_runs(study: Study, p: Preset, seeds, jobs: int) -> List[Run]:
     student = study.work / "student-init.pt"
     shape = model_flags(p, p.depths[0], p.decoder_layers)
     runs = (seeded(f"gpkd-student-{p.depths[0]}", seeds, model=shape, data=skd, init=("finetune", student))
-            + seeded(f"skd-only-{p.depths[0]}", seeds, model=shape, data=skd))
+            + seeded(f"skd-only-{p.depths[0]}", seeds, model=shape, data=skd)
+            # matched compute: trained from scratch as long as the GPKD student in all (teacher + student)
+            + seeded(f"skd-only-{p.depths[0]}-matched", seeds, model=shape, data=skd, updates=matched_updates(p)))
     if all(study.result(r.name) is not None for r in runs):
         return runs  # all finished (here or in the records): nothing to build
     if not ((skd / ".done").exists() and student.exists()) and not avg.exists():

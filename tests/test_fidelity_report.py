@@ -186,6 +186,15 @@ def test_tiny_study_runs_every_comparison_with_two_seeds_and_resumes(tmp_path):
             st = decode_stats(r["test_stats"])
             assert len(st) == n_test and abs(bleu_from_stats([sum(c) for c in zip(*st)]) - r["bleu"]) < 0.006
     assert "paired bootstrap over" in text and "no paired bootstrap" not in text
+    # matched compute: the baseline and the SKD-only student trained as long as teacher + student
+    for name in (f"prenorm-{p.depths[0]}-matched", f"skd-only-{p.depths[0]}-matched"):
+        for seed in (1, 2):
+            cmd = shlex.split(done[f"{name}-s{seed}"]["command"])
+            assert cmd[cmd.index("--max-update") + 1] == str(plan.matched_updates(p))
+            assert ("skd-bin" in cmd[1]) == name.startswith("skd-only")
+    assert f"gpkd-student-{p.depths[0]} vs prenorm-{p.depths[0]}-matched" in text or \
+        f"gpkd-student-{p.depths[0]} better than prenorm-{p.depths[0]}-matched" in text or \
+        f"gpkd-student-{p.depths[0]} worse than prenorm-{p.depths[0]}-matched" in text
     # the converged comparison: 3 seeds, early stopping on valid loss, curve checkpoints kept and evaluated
     conv = {f"conv-{fam}-{n}-s{s}" for fam in p.families for n in p.depths for s in (1, 2, 3)}
     assert conv <= set(done) and "## 1b. Depth, converged" in text
@@ -381,7 +390,8 @@ def test_a_close_teacher_gets_its_third_seed_and_only_seed_1_distils(tmp_path):
     (tmp_path / "skd-bin" / ".done").write_text("")
     (tmp_path / "student-init.pt").write_text("")
     level = {f"gpkd-teacher-{p.teacher_layers}": 15.0, f"prenorm-{p.depths[0]}": 15.4,
-             f"gpkd-student-{p.depths[0]}": 20.0, f"skd-only-{p.depths[0]}": 10.0}
+             f"gpkd-student-{p.depths[0]}": 20.0, f"skd-only-{p.depths[0]}": 10.0,
+             f"prenorm-{p.depths[0]}-matched": 17.0, f"skd-only-{p.depths[0]}-matched": 12.0}
     study = _RecordingStudy(tmp_path, lambda r: level[r.system] + (r.seed - 1) % 2)
     runner.run_study(study, p, ["gpkd"], [1, 2], jobs=2)
     third = [n for n in study.trained if n.endswith("-s3")]
