@@ -16,6 +16,8 @@ Prints one JSON object:
   references ``TOK_DIR/<split>.raw.de``; the same search as
   ``fairseq-generate DATA_BIN --path CKPT --gen-subset test --beam 4 --max-len-a 1.2 --max-len-b 10
   --remove-bpe``;
+* ``layer_weights``: the learned layer weights of a transparent or DLCL encoder
+  (``EncoderMemory.learned_weights``), so that an analysis of them reads the record;
 * ``test_stats``: sacreBLEU's statistics of every test sentence, for the paired bootstrap
   (``fidelity_stats.py``);
 * with ``--unk-gap``: ``valid_nll_unk_source`` (every source token replaced by ``<unk>``) and
@@ -110,6 +112,10 @@ def main(argv=None) -> int:
         model = model.cuda()
     task.load_dataset("valid")
     res = {"valid_nll": round(valid_nll(model, task, False), 4)}
+    memory = getattr(model.encoder, "memory", None)  # learned layer weights (transparent s, DLCL W)
+    weights = memory.learned_weights() if memory is not None else None
+    if weights:
+        res["layer_weights"] = weights
     if a.unk_gap:
         res["valid_nll_unk_source"] = round(valid_nll(model, task, True), 4)
         res["unk_gap"] = round(res["valid_nll_unk_source"] - res["valid_nll"], 4)

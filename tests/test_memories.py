@@ -190,3 +190,25 @@ def test_counts_table_lists_every_named_architecture():
     doc = (Path(__file__).resolve().parents[1] / "docs" / "parameter-counts.md").read_text()
     missing = [name for name in PAPER_ROWS if f"| `{name}` |" not in doc]
     assert not missing, f"regenerate docs/parameter-counts.md's table with deepnmt-param-counts --markdown: {missing}"
+
+
+def test_learned_layer_weights_are_what_the_model_uses():
+    """The weights an analysis reads (fidelity_eval.py writes them into the study's records): the
+    transparent s of Eq. 1 without dropout (each decoder layer's row sums to 1), DLCL's lower-triangular
+    W as trained; memories without learned layer weights give None."""
+    tr = build_model("deepnmt_transformer", TINY + ["--deep-memory", "transparent", "--encoder-layers", "3",
+                                                    "--decoder-layers", "2"])
+    with torch.no_grad():
+        tr.encoder.memory.layer_mix.weight.normal_()
+    tr.eval()
+    s = torch.tensor(tr.encoder.memory.learned_weights()["transparent_s"])
+    assert s.shape == (2, 4) and torch.allclose(s, tr.encoder.memory.layer_mix.mixing_weights().t(), atol=1e-4)
+    dl = build_model("deepnmt_transformer", TINY + ["--deep-memory", "dlcl", "--encoder-layers", "3",
+                                                    "--decoder-layers", "2"])
+    with torch.no_grad():
+        dl.encoder.memory.weight.add_(torch.randn_like(dl.encoder.memory.weight))
+    rows = dl.encoder.memory.learned_weights()["dlcl_w"]
+    assert [len(r) for r in rows] == [1, 2, 3, 4]
+    assert torch.allclose(torch.tensor(rows[-1]), dl.encoder.memory.weight[-1].detach(), atol=1e-4)
+    top = build_model("deepnmt_transformer", TINY + ["--encoder-layers", "2", "--decoder-layers", "2"])
+    assert top.encoder.memory.learned_weights() is None

@@ -86,6 +86,11 @@ class EncoderMemory(nn.Module):
     def check(cls, opts, encoder_layers: int, decoder_layers: int) -> None:
         """Raise ``ValueError`` naming the flag for configurations the method cannot build."""
 
+    def learned_weights(self) -> Optional[Dict[str, list]]:
+        """The learned layer weights an analysis reads (rows as lists, eval mode: no dropout), or
+        None for a memory without them."""
+        return None
+
     @classmethod
     def encoder_layers_read_context(cls, opts) -> bool:
         return False

@@ -68,6 +68,11 @@ class DLCLMemory(EncoderMemory):
         self.weight = nn.Parameter(w / w.sum(1, keepdim=True))
         self.layer_norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(num_layers))
 
+    def learned_weights(self):
+        """W of the module docstring's equation (lower triangle): row l weights y_0 .. y_l for layer
+        l+1's input; the last row makes the encoder's output."""
+        return {"dlcl_w": [[round(float(v), 4) for v in row[: i + 1]] for i, row in enumerate(self.weight.detach())]}
+
     @classmethod
     def check(cls, opts, encoder_layers: int, decoder_layers: int) -> None:
         if encoder_layers < 1:

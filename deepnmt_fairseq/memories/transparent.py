@@ -58,3 +58,9 @@ class TransparentMemory(EncoderMemory):
 
     def start(self, x0: Tensor, padding_mask: Tensor, layer_mask: Optional[Tensor], final_norm: Norm) -> MemoryPass:
         return _TransparentPass(self.layer_mix, x0, padding_mask, layer_mask, final_norm)
+
+    def learned_weights(self):
+        """s of Eq. 1 without dropout: one row per decoder layer, over the embeddings and the N layers."""
+        with torch.no_grad():
+            s = torch.softmax(self.layer_mix.weight.float(), dim=0)
+        return {"transparent_s": [[round(float(v), 4) for v in row] for row in s.t()]}
