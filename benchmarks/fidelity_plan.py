@@ -358,13 +358,21 @@ def outputs(preset: str, work_dir: Optional[str], records: Optional[str], report
             Path(report or (REPO / REPORTS[preset] if own else work / "report.md")).resolve())
 
 
+#: preset settings that only the runs added with them read (the converged comparison's): a work
+#: directory stamped before they existed holds none of those runs, so it takes them as they are now
+NEW_RUNS_ONLY = ("converged_cap", "converged_patience", "curve_every")
+
+
 def stamp_settings(d: Path, p: Preset, flag: str) -> None:
     """Refuse a directory of runs made with other settings (finished runs are reused by name), then
-    stamp it with these.  A setting added after the directory was made counts as its default."""
+    stamp it with these.  A setting added after the directory was made counts as its default, except
+    the settings of runs added with it (:data:`NEW_RUNS_ONLY`): a directory without them has none of
+    those runs."""
     d.mkdir(parents=True, exist_ok=True)
     stamp, settings = d / "preset.json", json.loads(json.dumps(dataclasses.asdict(p)))
     defaults = {f.name: f.default for f in dataclasses.fields(Preset) if f.default is not dataclasses.MISSING}
     old = json.loads(stamp.read_text()) if stamp.exists() else settings
+    old = {**{k: settings[k] for k in NEW_RUNS_ONLY if k not in old}, **old}
     diff = {k: (old.get(k, defaults.get(k)), v) for k, v in settings.items() if old.get(k, defaults.get(k)) != v}
     if diff:
         raise SystemExit(f"{d} holds runs made with other settings {diff}: finished runs are reused by name, "

@@ -369,9 +369,17 @@ def test_a_work_dir_from_before_a_new_setting_is_reused(tmp_path):
 
     old = dataclasses.asdict(plan.PRESETS["cpu"])
     assert old.pop("close_bleu") == 1.0  # the default
+    for new_runs_only in plan.NEW_RUNS_ONLY:  # settings of runs added later: a directory without them has none
+        old.pop(new_runs_only)
     (tmp_path / "preset.json").write_text(json.dumps(old, default=list))
     assert fidelity.main(["--preset", "cpu", "--work-dir", str(tmp_path), "--report-only",
                           "--report", str(tmp_path / "r.md")]) == 0
+    assert json.loads((tmp_path / "preset.json").read_text())["converged_cap"] == plan.PRESETS["cpu"].converged_cap
+    stamped = json.loads((tmp_path / "preset.json").read_text())
+    stamped["converged_cap"] = 99  # once stamped, a change of them is refused like any other
+    (tmp_path / "preset.json").write_text(json.dumps(stamped))
+    with pytest.raises(SystemExit, match="converged_cap"):
+        fidelity.main(["--preset", "cpu", "--work-dir", str(tmp_path), "--report-only"])
     old["lr"] = 0.5  # a changed setting is still refused
     (tmp_path / "preset.json").write_text(json.dumps(old, default=list))
     with pytest.raises(SystemExit, match="'lr': \\(0.5, 0.003\\)"):
