@@ -10,7 +10,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = ["--max-update", "4", "--dim", "32", "--heads", "2", "--blocks", "2", "--block-layers", "1",
-         "--save-every", "2", "--average", "2", "--bpe-merges", "300", "--max-len-b", "3"]
+         "--save-every", "2", "--average", "2", "--bpe-merges", "300", "--max-len-b", "3",
+         "--skd-beam", "1"]  # greedy SKD of the 18,000 training sentences: CI time
 
 pytestmark = pytest.mark.slow
 
@@ -47,6 +48,7 @@ def test_quickstart_smoke_and_rerun(tmp_path):
     train_cmds = [ln for ln in first.stdout.splitlines() if "$ " in ln and "fairseq-train " in ln]
     assert len(train_cmds) == 2 and "--deep-memory msc" in train_cmds[0] and "--deep-memory" not in train_cmds[1]
     assert "skd-bin" in train_cmds[1]  # the student learns from the MSC teacher's translations
+    assert " --max-update 8 " in train_cmds[1]  # twice the teacher's 4 updates
 
     stamp = (work / "checkpoints" / "checkpoint_avg.pt").stat().st_mtime
     t0 = time.time()
