@@ -332,10 +332,12 @@ def main(argv=None) -> int:
     print(f"tokenized BLEU: {res['tokenized_bleu']}")
     print(f"copy-the-source baseline (sacreBLEU): {res['copy_source_sacrebleu']}")
     print(f"translations: {res['translations']}")
-    print(f"model:        {res['model']}")
-    print(deployment_note(Path(res["model"]), bin_dir))
+    # the model of *this* work directory (results.json keeps the path it was evaluated at, which a
+    # moved or copied work directory no longer has)
+    print(f"model:        {model}")
+    print(deployment_note(model, bin_dir))
     if a.deploy == "on" or (a.deploy == "auto" and importlib.util.find_spec("ctranslate2") is not None):
-        print(deploy_line(deploy(work, bin_dir, Path(res["model"]), a)))
+        print(deploy_line(deploy(work, bin_dir, model, a)))
         print(f"report:       {work / 'distill' / 'report' / 'report.md'}")
     elif a.deploy == "auto":
         print("step 7 (CTranslate2 export) skipped: pip install '.[deploy]' to run it")
