@@ -59,6 +59,18 @@ def test_quickstart_smoke_and_rerun(tmp_path):
     assert (work / "checkpoints" / "checkpoint_avg.pt").stat().st_mtime == stamp
     assert time.time() - t0 < 30
 
+    # a copied work directory uses its own model (not the path its results.json recorded)
+    import shutil
+
+    moved = tmp_path / "moved"
+    shutil.copytree(work, moved)
+    shutil.rmtree(work / "checkpoints")
+    copy = _run(moved)
+    assert copy.returncode == 0, copy.stderr[-3000:]
+    assert f"model:        {moved / 'checkpoints' / 'checkpoint_avg.pt'}" in copy.stdout
+    assert "not exportable (MSC" in copy.stdout  # read from the copy's model
+    shutil.copytree(moved / "checkpoints", work / "checkpoints")
+
     other = _run(work, "--seed", "2")
     assert other.returncode != 0 and "other settings" in other.stderr
     assert json.loads((work / "eval" / "results.json").read_text()) == res  # nothing destroyed
