@@ -60,8 +60,9 @@ A headline comparison (:func:`fidelity_plan.headline_pairs`) whose 2-seed test-B
 difference is under 1 BLEU").
 
 The study's modules, each importing only those listed before it: ``fidelity_plan`` (presets, runs,
-comparisons, records), ``fidelity_launcher`` (how a command is started and stopped),
-``fidelity_report`` (docs/fidelity.md from the records), ``fidelity_runner`` (training, evaluation
+comparisons, records), ``fidelity_stats`` (the paired bootstrap over test sentences),
+``fidelity_launcher`` (how a command is started and stopped), ``fidelity_report`` (docs/fidelity.md
+from the records), ``fidelity_runner`` (training, evaluation
 and the order of the runs), this command; ``fidelity_eval.py`` is the evaluation command every run
 calls.  They import each other as top-level modules from this directory: Python puts the directory
 of the script it runs first on ``sys.path`` (``python benchmarks/fidelity.py`` from any directory),
