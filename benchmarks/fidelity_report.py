@@ -245,11 +245,24 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
-def _plot_depth(systems, p, path: Path) -> None:
+def _pyplot():
+    """matplotlib's pyplot on the file-only backend (the report is written without a display)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(plt, fig, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _plot_depth(systems, p, path: Path) -> None:
+    plt = _pyplot()
 
     fig, axes = plt.subplots(1, len(METRICS), figsize=(4.6 * len(METRICS), 3.6))
     for ax, (key, label, _) in zip(axes, METRICS):
@@ -263,9 +276,7 @@ def _plot_depth(systems, p, path: Path) -> None:
         ax.set_ylabel(label)
         ax.set_xticks(list(p.depths))
     axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def remaining_hours(p, missing: List[str], results: Dict[str, dict]) -> float:
@@ -297,10 +308,7 @@ def remaining_hours(p, missing: List[str], results: Dict[str, dict]) -> float:
 
 
 def _plot_converged(systems, names, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
     import statistics
 
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -317,16 +325,11 @@ def _plot_converged(systems, names, path: Path) -> None:
     ax.set_xlabel("update")
     ax.set_ylabel("test sacreBLEU (single checkpoint)")
     ax.legend(fontsize=5, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def _plot_curves(results, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     groups = [("depth", lambda n: not n.startswith(("dd-", "gpkd-", "skd-", "ssl-", "conv-"))),
               ("depth, converged", lambda n: n.startswith("conv-")),
@@ -344,6 +347,4 @@ def _plot_curves(results, path: Path) -> None:
         ax.set_xlabel("update")
         ax.set_ylabel("train loss")
         ax.legend(fontsize=4, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(plt, fig, path)
