@@ -91,6 +91,8 @@ def main(argv=None) -> int:
     ap.add_argument("--unk-gap", action="store_true")
     ap.add_argument("--cpu", action="store_true")
     ap.add_argument("--average-dir", help="write CKPT as the average of this directory's last 3 checkpoints by update")
+    ap.add_argument("--no-train-sample", action="store_true",
+                    help="skip the train-sample BLEU (the points of a BLEU-vs-updates curve)")
     a = ap.parse_args(argv)
     if a.average_dir and not Path(a.checkpoint).exists():
         from deepnmt_fairseq.cli import average_checkpoints
@@ -120,7 +122,7 @@ def main(argv=None) -> int:
         res["valid_nll_unk_source"] = round(valid_nll(model, task, True), 4)
         res["unk_gap"] = round(res["valid_nll_unk_source"] - res["valid_nll"], 4)
     md = MosesDetokenizer(lang="de")
-    for split, key in (("test", "bleu"), ("trainsample", "train_bleu")):
+    for split, key in (("test", "bleu"),) + ((("trainsample", "train_bleu"),) if not a.no_train_sample else ()):
         refs = (Path(a.raw) / f"{split}.raw.de").read_text(encoding="utf-8").splitlines()
         hyps = [md.detokenize(h.split()) for h in translate(model, task, split)]
         if len(hyps) != len(refs):

@@ -188,7 +188,7 @@ class Study:
         return out
 
     def curve(self, save: Path, every: int) -> List[dict]:
-        """Valid NLL and test / train-sample BLEU of the single checkpoint at every multiple of
+        """Valid NLL and test BLEU of the single checkpoint at every multiple of
         ``every`` updates (kept by ``--keep-interval-updates-pattern``), in update order; each point
         is cached in ``curve-U.json``, so an interrupted evaluation resumes."""
         points = []
@@ -200,9 +200,9 @@ class Study:
         for update, ckpt in sorted(points):
             cache = save / f"curve-{update}.json"
             if not cache.exists():
-                res = self.evaluate(ckpt)
+                res = self.evaluate(ckpt, train_sample=False)  # a curve point: valid NLL and test BLEU
                 cache.write_text(json.dumps({"updates": update, **{k: res.get(k) for k in
-                                                                  ("valid_nll", "bleu", "train_bleu", "test_stats")}}))
+                                                                  ("valid_nll", "bleu", "test_stats")}}))
             out.append(json.loads(cache.read_text()))
         return out
 
@@ -224,16 +224,18 @@ class Study:
         return int(state["optimizer_history"][-1]["num_updates"])
 
     # ---------------------------------------------------------------- evaluation
-    def eval_command(self, ckpt: Path, unk_gap: bool, average_dir: Optional[Path] = None) -> List[str]:
+    def eval_command(self, ckpt: Path, unk_gap: bool, average_dir: Optional[Path] = None,
+                     train_sample: bool = True) -> List[str]:
         cmd = [sys.executable, str(Path(__file__).with_name("fidelity_eval.py")), "--data", str(self.data),
                "--raw", str(self.raw), "--checkpoint", str(ckpt), *self.device()]
         if average_dir is not None:
             cmd += ["--average-dir", str(average_dir)]
-        return cmd + (["--unk-gap"] if unk_gap else [])
+        return cmd + (["--unk-gap"] if unk_gap else []) + ([] if train_sample else ["--no-train-sample"])
 
-    def evaluate(self, ckpt: Path, unk_gap: bool = False, average_dir: Optional[Path] = None) -> dict:
+    def evaluate(self, ckpt: Path, unk_gap: bool = False, average_dir: Optional[Path] = None,
+                 train_sample: bool = True) -> dict:
         """valid NLL, test BLEU, train-sample BLEU (and the UNK-source gap): fidelity_eval.py."""
-        cmd = self.eval_command(ckpt, unk_gap, average_dir)
+        cmd = self.eval_command(ckpt, unk_gap, average_dir, train_sample)
         stdout, stderr = ckpt.parent / "eval.out", ckpt.parent / "eval.log"
         stdout.unlink(missing_ok=True)
         if self.launch.run(cmd, stdout, stderr) != 0:

@@ -204,6 +204,7 @@ def test_tiny_study_runs_every_comparison_with_two_seeds_and_resumes(tmp_path):
         assert cmd[cmd.index("--max-update") + 1] == str(p.converged_cap)
         assert cmd[cmd.index("--keep-interval-updates-pattern") + 1] == str(p.curve_every)
         assert r["curve"] and all(pt["updates"] % p.curve_every == 0 and "bleu" in pt for pt in r["curve"])
+        assert all("train_bleu" not in pt and pt["test_stats"] for pt in r["curve"])  # curve points skip it
         assert r["stopped_at"] <= p.converged_cap
     # resumable: a second run trains nothing and leaves every result as it was
     stamps = {n: (work / "runs" / n / "done.json").stat().st_mtime_ns for n in done}
