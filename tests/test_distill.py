@@ -390,3 +390,31 @@ def test_gpkd_pipeline_restart_schedule_and_ssl_from_scratch(tmp_path):
     assert "teacher-stage2" not in scratch and "--ssl-rate 0.4" in scratch["teacher-stage1"]
     bad = _gpkd_dry_run(tmp_path, "--ssl-from-scratch")
     assert bad.returncode != 0 and "--ssl-from-scratch needs --ssl-rate" in bad.stderr
+
+
+def test_report_runs_ctranslate2_with_its_own_thread_environment(tmp_path, monkeypatch):
+    """fairseq-generate is measured with OMP_NUM_THREADS=2 on an idle machine; deepnmt-translate gets
+    OMP_NUM_THREADS=1 (its threads are its own flags): with 2 its one-sentence decoding measured 10x
+    slower."""
+    import subprocess
+
+    from deepnmt_fairseq.distill import report
+
+    monkeypatch.setattr(report, "load_now", lambda: {"loaded": False, "load1": 0.0, "cores": 2})
+    envs = {}
+
+    def fake_run(cmd, stdout, stderr, env):
+        envs[Path(cmd[0]).name] = env
+        stderr.write("deepnmt-translate: 1 lines, 3 target tokens in 0.1 s (30 tok/s)\n")
+        stderr.flush()
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(report.subprocess, "run", fake_run)
+    (tmp_path / "src").write_text("a\n")
+    r = report.ReportInputs(out=tmp_path / "rep", data=tmp_path, teacher=tmp_path / "t.pt", student=tmp_path / "s.pt",
+                            ct2=tmp_path / "ct2", test_source=tmp_path / "src", test_reference=tmp_path / "src")
+    m = report.Measure(r, lambda msg: None)
+    assert m.env["OMP_NUM_THREADS"] == "2"  # fairseq's, idle machine
+    (tmp_path / "rep" / "student-single.hyp").write_text("x\n")
+    m.ct2("student", tmp_path / "src", single=True)
+    assert envs["deepnmt-translate"]["OMP_NUM_THREADS"] == "1"

@@ -38,7 +38,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 # its rate is computed from the unrounded time (the seconds printed are rounded to 0.1 s)
 _TRANSLATE = re.compile(r"deepnmt-translate: (\d+) lines, (\d+) target tokens in ([\d.]+) s \((\d+) tok/s\)")
@@ -93,17 +93,21 @@ class Measure:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         # fairseq's torch threads, chosen once for every fairseq measurement (module doc)
         self.threads = 1 if load_now()["loaded"] else 2
+        # CTranslate2's OpenMP pool matches its own --intra-threads 1: with fairseq's OMP_NUM_THREADS=2
+        # in its environment, one-sentence decoding measured 10x slower (271 against 2941 tok/s,
+        # the quickstart's student, idle machine); its threads are set by its own flags
+        self.ct2_env = child_env(dict(env, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1") if r.cpu else env)
         if r.cpu:  # each engine at its best thread setting on the CPU (module doc)
             env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
         self.env = child_env(env)
         self.tmp = r.out
         self.tmp.mkdir(parents=True, exist_ok=True)
 
-    def _run(self, argv: List[str], stdout: Path, stderr: Path) -> None:
+    def _run(self, argv: List[str], stdout: Path, stderr: Path, env: Optional[dict] = None) -> None:
         cmd = [self.exe(argv[0]), *[str(a) for a in argv[1:]]]
         self.log("$ " + " ".join([argv[0], *cmd[1:]]))
         with open(stdout, "w", encoding="utf-8") as o, open(stderr, "w", encoding="utf-8") as e:
-            res = subprocess.run(cmd, stdout=o, stderr=e, env=self.env)
+            res = subprocess.run(cmd, stdout=o, stderr=e, env=self.env if env is None else env)
         if res.returncode:
             tail = stderr.read_text(encoding="utf-8", errors="replace")[-3000:]
             raise RuntimeError(f"{argv[0]} failed (exit {res.returncode}); end of {stderr}:\n{tail}")
@@ -143,7 +147,7 @@ class Measure:
                 "--batch-size", 1 if single else r.ct2_batch_size, "--no-progress",
                 "--device", "cpu" if r.cpu else "cuda", *(threads if r.cpu else [])]
         load = load_now()
-        self._run(argv, self.tmp / f"{name}.stdout", out.with_suffix(".log"))
+        self._run(argv, self.tmp / f"{name}.stdout", out.with_suffix(".log"), env=self.ct2_env)
         m = None
         for m in _TRANSLATE.finditer(out.with_suffix(".log").read_text(encoding="utf-8")):
             pass
