@@ -95,6 +95,10 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1, help="torch threads per run")
     ap.add_argument("--order", choices=["long-first", "short-first"], default="long-first",
                     help="order of the independent runs (long-first: shortest total time)")
+    ap.add_argument("--runs", nargs="+", metavar="PATTERN", default=[],
+                    help="train only the planned runs whose names match one of these shell patterns, in the "
+                         "patterns' order (e.g. 'conv-*-12-s1' 'conv-*-12-s2': every 12-layer system's first "
+                         "seed before any second); the report still covers every finished run")
     ap.add_argument("--exec", action="store_true",
                     help="start every command as a new process (default: forked from one interpreter that "
                          "has imported torch and fairseq; same argv and environment, without the imports)")
@@ -129,10 +133,18 @@ def main(argv=None):
     if a.prepare_only:
         log(f"data ready: {prepare(p, work)[0]}")
         return 0
+    if a.runs and not a.report_only:
+        import fnmatch
+
+        names = planned(p, a.seeds, dd_depth(work, records), finished(work, records))
+        for pat in a.runs:
+            if not any(fnmatch.fnmatchcase(n, pat) for n in names):
+                ap.error(f"--runs {pat!r} matches none of the study's {len(names)} planned runs "
+                         f"(e.g. {', '.join(names[:3])}; docs/fidelity.md's status line lists those not yet run)")
     if not a.report_only:
         data, tok = prepare(p, work)
         study = Study(p, work, data, tok, a.threads, a.order == "short-first", fork=not a.exec, deadline=deadline,
-                      records=records)
+                      records=records, select=a.runs)
         try:
             run_study(study, p, a.only, a.seeds, a.jobs)
         except Deadline:

@@ -291,6 +291,19 @@ def converged_runs(p: Preset, seeds: Sequence[int], results: Optional[Dict[str, 
                             early_stop=True, patience=p.converged_patience, curve_every=p.curve_every)]
 
 
+def run_order(p: Preset) -> List[Tuple[str, str]]:
+    """The order of the study's remaining runs (evidence round 2, section 6: the cheapest decisive runs
+    first), as (what, ``--runs`` pattern) of successive commands: the middle depth's converged comparison
+    seed by seed (every system's curve before any system's spread), the matched-compute GPKD controls,
+    the deepest converged comparison, then everything else."""
+    mid, deep = p.depths[len(p.depths) // 2], p.depths[-1]
+    return ([(f"the {mid}-layer converged comparison, seed {s}", f"conv-*-{mid}-s{s}")
+             for s in range(1, CONVERGED_SEEDS + 1)]
+            + [("the matched-compute GPKD controls", "*-matched-s*"),
+               (f"the {deep}-layer converged comparison", f"conv-*-{deep}-s*"),
+               ("everything else", "*")])
+
+
 def run_updates(p: Preset, name: str) -> int:
     """The update cap of a planned run, from its name (the status line's budget)."""
     if name.startswith("conv-"):

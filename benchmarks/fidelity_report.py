@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from fidelity_plan import (CONVERGED_SEEDS, DD_KINDS, FAMILIES, REPO, by_system, converged_families, dd_choice, headline_pairs,
-                           run_updates, stat)
+                           run_order, run_updates, stat)
 from fidelity_stats import ALPHA, BOOTSTRAP_SAMPLES, decode_stats, paired_bootstrap
 
 FINDINGS = Path(__file__).with_name("fidelity_findings.md")
@@ -126,9 +126,11 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
                   + (f" Budget of what is left: at most {hours:.0f} core-hours (about {hours / 2:.0f} hours on "
                      "2 cores with `--jobs 2`), each run at its update cap, at the seconds per update of the "
                      "finished runs of its encoder depth (`fidelity_report.remaining_hours`); early stopping "
-                     "shortens the converged runs. Order (`--order short-first` and the study's phases): the "
-                     "12-layer converged comparison first (it settles the convergence confound), the GPKD "
-                     "controls, then 24 layers." if missing and hours else ""), ""]
+                     "shortens the converged runs. Order (`fidelity_plan.run_order`, the cheapest decisive runs "
+                     f"first), one `python benchmarks/fidelity.py --preset {p.name} --order short-first --runs "
+                     "PATTERN` after another: " + "; ".join(f"{i}. {what} (`{pat}`)" for i, (what, pat) in
+                                                          enumerate(run_order(p), 1)) + "."
+                     if missing and hours else ""), ""]
     if p.name == "cpu":  # the hand-written findings (both presets) live in one report, the CPU one's
         lines += [FINDINGS.read_text().strip(), ""] if FINDINGS.exists() else []
     elif p.name != "tiny":

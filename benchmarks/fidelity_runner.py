@@ -7,6 +7,7 @@ study), and the order of the whole study (:func:`run_study`).  Imports the plan
 from __future__ import annotations
 
 import fcntl
+import fnmatch
 import importlib.util
 import json
 import math
@@ -47,9 +48,11 @@ def load_quickstart():
 class Study:
     def __init__(self, preset: Preset, work: Path, data: Path, raw: Path, threads: int = 1,
                  short_first: bool = False, fork: bool = True, deadline: Optional[float] = None,
-                 records: Optional[Path] = None):
+                 records: Optional[Path] = None, select: Sequence[str] = ()):
         self.p, self.work, self.data, self.raw, self.records = preset, work, data, raw, records
         self.short_first = short_first
+        # --runs: only the planned runs whose names match one of these patterns, in the patterns' order
+        self.select = list(select)
         # runs go in parallel (--jobs), each with this many threads: small models use cores
         # better as separate processes than as intra-op threads
         self.env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
@@ -61,6 +64,10 @@ class Study:
 
     def dir(self, name: str) -> Path:
         return self.work / "runs" / name
+
+    def selected(self, name: str) -> bool:
+        """Whether this command trains the run (--runs; every run without it)."""
+        return not self.select or _pattern_index(name, self.select) is not None
 
     def result(self, name: str, work_only: bool = False) -> Optional[dict]:
         """The finished run's result: its ``done.json`` in the work directory, else its record."""
@@ -263,8 +270,16 @@ class Study:
         # longest first (the shortest makespan), or shortest first (--order short-first: the most
         # finished comparisons when the study is stopped early and resumed later)
         runs.sort(key=lambda r: _cost(r, self.p) * (1 if self.short_first else -1))
+        if self.select:  # --runs: the first matching pattern decides the place (a stable sort)
+            runs = sorted((r for r in runs if _pattern_index(r.name, self.select) is not None),
+                          key=lambda r: _pattern_index(r.name, self.select))
         with ThreadPoolExecutor(jobs) as pool:
             return dict(zip([r.name for r in runs], pool.map(self.train, runs)))
+
+
+def _pattern_index(name: str, patterns: Sequence[str]) -> Optional[int]:
+    """The index of the first shell-style pattern (``fnmatch``) that ``name`` matches, else None."""
+    return next((i for i, pat in enumerate(patterns) if fnmatch.fnmatchcase(name, pat)), None)
 
 
 def _cost(r: Run, p: Preset) -> float:
@@ -299,8 +314,8 @@ def gpkd_student_runs(study: Study, p: Preset, seeds, jobs: int) -> List[Run]:
             + seeded(f"skd-only-{p.depths[0]}", seeds, model=shape, data=skd)
             # matched compute: trained from scratch as long as the GPKD student in all (teacher + student)
             + seeded(f"skd-only-{p.depths[0]}-matched", seeds, model=shape, data=skd, updates=matched_updates(p)))
-    if all(study.result(r.name) is not None for r in runs):
-        return runs  # all finished (here or in the records): nothing to build
+    if all(study.result(r.name) is not None for r in runs if study.selected(r.name)):
+        return runs  # all finished (here or in the records) or not trained by this command: nothing to build
     if not ((skd / ".done").exists() and student.exists()) and not avg.exists():
         study.rebuild(teacher_run(p))
     # the one GPKD planner's stages (deepnmt_fairseq.distill.plan): SKD from the averaged teacher,
@@ -337,7 +352,7 @@ def ssl_stage2_runs(study: Study, p: Preset, seeds) -> List[Run]:
     runs = (seeded(f"ssl-stage2-skip-{p.ssl_layers}", seeds, model=model + ["--ssl-rate", "0.4"], updates=total,
                    init=init)
             + seeded(f"ssl-stage2-plain-{p.ssl_layers}", seeds, model=model, updates=total, init=init))
-    if not best.exists() and any(study.result(r.name) is None for r in runs):
+    if not best.exists() and any(study.result(r.name) is None for r in runs if study.selected(r.name)):
         study.rebuild(ssl_stage1(p))
     return runs
 

@@ -297,6 +297,9 @@ class _RecordingStudy:
     def dir(self, name):
         return self.work / "runs" / name
 
+    def selected(self, name):
+        return True
+
     def result(self, name, work_only=False):
         done = self.dir(name) / "done.json"
         return json.loads(done.read_text()) if done.exists() else None
@@ -422,6 +425,10 @@ def test_the_students_rebuild_the_teacher_only_when_they_need_it(tmp_path, monke
     study.data, study.device = tmp_path / "data-bin", lambda: []
     study.call = lambda cmd, log_file: None  # the SKD data and the student initialisation
     monkeypatch.setattr(runner, "teacher_group_sizes", lambda ckpt: (p.teacher_layers // p.depths[0], 1))
+    study.selected = lambda name: name.startswith("conv-")  # --runs 'conv-*': this command trains no student
+    runner.gpkd_student_runs(study, p, [1, 2], jobs=2)
+    assert study.rebuilt == []
+    del study.selected
     runs = runner.gpkd_student_runs(study, p, [1, 2], jobs=2)
     assert study.rebuilt == [f"gpkd-teacher-{p.teacher_layers}-s1"]
     study.run_all(runs, 2)
@@ -593,3 +600,52 @@ def test_the_findings_live_in_the_cpu_report_and_the_gpu_report_points_to_them(t
     assert "the measured story" not in text["gpu"] and "[docs/fidelity.md](fidelity.md#findings)" in text["gpu"]
     assert "the measured story" not in text["tiny"] and "fidelity.md#findings" not in text["tiny"]
     assert "- none yet: the systems compared with a baseline have not finished" in text["gpu"]
+
+
+def test_runs_selects_the_matching_planned_runs_in_the_patterns_order(tmp_path):
+    """--runs trains only the runs whose names match, the first matching pattern deciding the
+    order (every 12-layer system's seed 1 before any seed 2), whatever --order says."""
+    import fidelity_plan as plan
+    import fidelity_runner as runner
+
+    p = plan.PRESETS["cpu"]
+    runs = plan.converged_runs(p, [1, 2])
+    started = []
+    study = object.__new__(runner.Study)
+    study.p, study.short_first = p, True
+    study.train = lambda r: started.append(r.name) or {"name": r.name}
+    study.select = ["conv-dlcl-12-s1", "conv-*-12-s1", "conv-*-12-s2"]
+    study.run_all(runs, jobs=1)
+    fams = [f for f in plan.FAMILIES]
+    assert started[0] == "conv-dlcl-12-s1"
+    assert sorted(started[1:len(fams)]) == sorted(f"conv-{f}-12-s1" for f in fams if f != "dlcl")
+    assert sorted(started[len(fams):]) == sorted(f"conv-{f}-12-s2" for f in fams)
+    study.select, started[:] = [], []
+    study.run_all(runs, jobs=1)  # no --runs: every run, the cheapest (6 layers) first
+    assert len(started) == len(runs) and started[0].endswith(f"-{p.depths[0]}-s1")
+
+
+def test_runs_pattern_that_matches_no_planned_run_is_refused(tmp_path):
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(repo / "benchmarks" / "fidelity.py"), "--preset", "tiny",
+                          "--work-dir", str(tmp_path / "w"), "--runs", "conv-msc-*-s1", "conv-nosuch-*"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "--runs 'conv-nosuch-*' matches none of the study's" in out.stderr
+    assert not (tmp_path / "w" / "runs").exists()  # nothing trained
+
+
+def test_the_run_order_covers_every_planned_run_middle_depth_converged_first():
+    import fnmatch
+
+    import fidelity_plan as plan
+
+    p = plan.PRESETS["cpu"]
+    order = [pat for _, pat in plan.run_order(p)]
+    names = plan.planned(p, [1, 2])
+    assert all(any(fnmatch.fnmatchcase(n, pat) for pat in order) for n in names)
+    first = [n for n in names if fnmatch.fnmatchcase(n, order[0])]
+    assert first and all(n.startswith("conv-") and n.endswith(f"-{p.depths[1]}-s1") for n in first)
