@@ -4,6 +4,8 @@ Imports the plan (fidelity_plan) only: the report is written from the records, w
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -62,15 +64,21 @@ def verdict(name_a: str, a: List[dict], name_b: str, b: List[dict], key: str = "
             f"(spreads {sa[1]:.2f}, {sb[1]:.2f}; {seeds}{paired})")
 
 
+def sd(runs: List[dict], key: str = "bleu") -> str:
+    """The sample standard deviation over seeds (n - 1), with n; '-' under 2 seeds."""
+    vals = [r[key] for r in runs if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    return f"{statistics.stdev(vals):.2f} (n={len(vals)})" if len(vals) > 1 else "-"
+
+
 def table(systems: Dict[str, List[dict]], names: List[str], extra: Tuple[Tuple[str, str], ...] = ()) -> List[str]:
-    head = "| system | seeds | " + " | ".join(label for _, label, _ in METRICS) + "".join(
-        f" | {label}" for _, label in extra) + " |"
-    lines = [head, "|" + "---|" * (2 + len(METRICS) + len(extra))]
+    """Mean ± spread per metric, and the test BLEU's standard deviation over seeds."""
+    labels = [label for _, label, _ in METRICS] + [label for _, label in extra] + ["test BLEU sd"]
+    lines = ["| system | seeds | " + " | ".join(labels) + " |", "|" + "---|" * (2 + len(labels))]
     for n in names:
         runs = systems.get(n, [])
         failed = [r for r in runs if r.get("diverged")]
         cells = [fmt(stat(runs, k), 3 if ("loss" in k or "nll" in k) else 2) for k, _, _ in METRICS]
-        cells += [fmt(stat(runs, k), 3) for k, _ in extra]
+        cells += [fmt(stat(runs, k), 3) for k, _ in extra] + [sd(runs)]
         seeds = ",".join(str(r.get("seed")) for r in runs) or "-"
         if failed:
             seeds += f" ({len(failed)} failed/diverged: seed {','.join(str(r.get('seed')) for r in failed)})"
@@ -109,7 +117,8 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
              "label smoothing (`benchmarks/fidelity_eval.py`). BLEU: detokenized "
              "sacreBLEU (13a) of beam-4 translations against the raw references, on the test split and on the "
              f"first {p.train_sample} training pairs (train-sample BLEU, the degradation test of MSC Fig. 2). "
-             "Each cell is the mean ± spread (max − min) over seeds. One rule makes every call "
+             "Each cell is the mean ± spread (max − min) over seeds; the last column is the standard deviation "
+             "of test BLEU over seeds (n − 1). One rule makes every call "
              "(`fidelity_report.verdict`): a difference is called only when it exceeds both systems' spreads "
              f"and, for test BLEU, when the paired bootstrap over the test sentences ({BOOTSTRAP_SAMPLES} "
              f"resamples of the seed-mean sacreBLEU, `benchmarks/fidelity_stats.py`) gives p < {ALPHA:g}; "
@@ -168,8 +177,10 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
         if any(r.get("curve") for n in conv_names for r in systems.get(n, [])):
             _plot_converged(systems, conv_names, img / f"{tag}-converged.png")
             lines += ["", f"![BLEU vs updates](img/{tag}-converged.png)", "",
-                      f"Test BLEU of the single checkpoint every {p.curve_every} updates, mean over seeds: where "
-                      "each system would be at any budget.", ""]
+                      f"Test BLEU of the single checkpoint every {p.curve_every} updates (not averaged), mean over "
+                      "the seeds that reached it (their number in brackets where fewer than the system's seeds "
+                      "did: the others had stopped): where each system would be at any budget.", ""]
+            lines += curve_table(systems, [n for n in conv_names if n in systems]) + [""]
         lines.append("")
 
     # 2. deep decoder
@@ -286,7 +297,6 @@ def remaining_hours(p, missing: List[str], results: Dict[str, dict]) -> float:
     the median seconds per update of the finished runs with the same encoder depth (all finished
     runs when none has it), plus 60 s of evaluation (and 40 s per curve point: no train sample)."""
     import re
-    import statistics
 
     def depth(name):
         m = re.search(r"-(\d+)(?:-\d+)?-s\d+$", name)
@@ -309,18 +319,38 @@ def remaining_hours(p, missing: List[str], results: Dict[str, dict]) -> float:
     return total / 3600
 
 
+def curve_points(runs: List[dict]) -> Dict[int, List[float]]:
+    """{update: [test BLEU of each seed's checkpoint at that update]} of a converged system's runs."""
+    points: Dict[int, List[float]] = {}
+    for r in runs:
+        for pt in r.get("curve") or []:
+            if isinstance(pt.get("bleu"), (int, float)):
+                points.setdefault(pt["updates"], []).append(pt["bleu"])
+    return points
+
+
+def curve_table(systems: Dict[str, List[dict]], names: List[str]) -> List[str]:
+    """Systems by curve points: the mean test BLEU at every budget, and the number of seeds where
+    fewer than all reached it."""
+    pts = {n: curve_points(systems.get(n, [])) for n in names}
+    ups = sorted({u for d in pts.values() for u in d})
+    if not ups:
+        return []
+    lines = ["| system | " + " | ".join(str(u) for u in ups) + " |", "|" + "---|" * (1 + len(ups))]
+    for n in names:
+        seeds = len(systems.get(n, []))
+        cells = [("-" if u not in pts[n] else f"{statistics.fmean(pts[n][u]):.2f}"
+                  + (f" ({len(pts[n][u])})" if len(pts[n][u]) < seeds else "")) for u in ups]
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _plot_converged(systems, names, path: Path) -> None:
     plt = _pyplot()
-    import statistics
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for n in names:
-        curves = [r.get("curve") or [] for r in systems.get(n, [])]
-        points: Dict[int, List[float]] = {}
-        for c in curves:
-            for pt in c:
-                if isinstance(pt.get("bleu"), (int, float)):
-                    points.setdefault(pt["updates"], []).append(pt["bleu"])
+        points = curve_points(systems.get(n, []))
         if points:
             xs = sorted(points)
             ax.plot(xs, [statistics.fmean(points[x]) for x in xs], marker=".", label=n, linewidth=0.9)

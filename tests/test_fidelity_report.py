@@ -206,6 +206,7 @@ def test_tiny_study_runs_every_comparison_with_two_seeds_and_resumes(tmp_path):
         assert r["curve"] and all(pt["updates"] % p.curve_every == 0 and "bleu" in pt for pt in r["curve"])
         assert all("train_bleu" not in pt and pt["test_stats"] for pt in r["curve"])  # curve points skip it
         assert r["stopped_at"] <= p.converged_cap
+    assert "test BLEU sd" in text and f"| system | {p.curve_every} |" in text  # 1b: sd and the curve table
     # resumable: a second run trains nothing and leaves every result as it was
     stamps = {n: (work / "runs" / n / "done.json").stat().st_mtime_ns for n in done}
     assert fidelity.main(args) == 0
@@ -649,3 +650,25 @@ def test_the_run_order_covers_every_planned_run_middle_depth_converged_first():
     assert all(any(fnmatch.fnmatchcase(n, pat) for pat in order) for n in names)
     first = [n for n in names if fnmatch.fnmatchcase(n, order[0])]
     assert first and all(n.startswith("conv-") and n.endswith(f"-{p.depths[1]}-s1") for n in first)
+
+
+def test_curve_table_gives_the_mean_at_every_budget_and_the_seeds_that_reached_it():
+    """Section 1b's curve table: one column per curve point, the mean over the seeds whose run
+    reached it, their number where a seed had stopped earlier; the sd column is the sample sd."""
+    import statistics
+
+    import fidelity_report as report
+
+    def conv(system, seed, curve):
+        return _run(system, seed, curve[-1][1], curve=[{"updates": u, "bleu": b} for u, b in curve])
+
+    systems = {"conv-a-12": [conv("conv-a-12", 1, [(800, 10.0), (1600, 14.0)]),
+                             conv("conv-a-12", 2, [(800, 12.0)])],  # seed 2 stopped before 1600
+               "conv-b-12": [conv("conv-b-12", 1, [(800, 5.0), (1600, 9.0), (2400, 11.0)]),
+                             conv("conv-b-12", 2, [(800, 7.0), (1600, 11.0), (2400, 13.0)])]}
+    lines = report.curve_table(systems, ["conv-a-12", "conv-b-12"])
+    assert lines[0] == "| system | 800 | 1600 | 2400 |"
+    assert lines[2] == "| conv-a-12 | 11.00 | 14.00 (1) | - |"
+    assert lines[3] == "| conv-b-12 | 6.00 | 10.00 | 12.00 |"
+    assert report.sd(systems["conv-b-12"]) == f"{statistics.stdev([11.0, 13.0]):.2f} (n=2)"
+    assert report.sd(systems["conv-a-12"][:1]) == "-"
