@@ -79,7 +79,8 @@ PRESETS: Dict[str, Preset] = {
                   depths=(6, 12, 24), decoder_layers=3, dd_encoder=6, dd_depths=(3, 6, 12), teacher_layers=12,
                   ssl_layers=12, stage1_factor=2.0, stage2_factor=0.5, save_every=50, valid_every=100,
                   patience=3, train_sample=500, bpe=4000,
-                  # 8x the short budget; 8 validations (800 updates) without improvement; a curve point
+                  # 8x the short budget; 8 validations (every 100 updates and at each epoch's end:
+                  # about 600-800 updates) without improvement; a curve point
                   # every 800 updates.  ssl-stage1-12-s1 (pre-norm 12-3, patience 3) was still improving
                   # at 3200 updates (16.28 sacreBLEU), so the cap is well above where it stops
                   converged_cap=12800, converged_patience=8, curve_every=800),

@@ -166,7 +166,7 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
     if any(n in systems for n in conv_names):
         lines += ["## 1b. Depth, converged: every system stops by one rule on the valid set", "",
                   f"The systems of section 1, trained until the valid loss (validated every {p.valid_every} "
-                  f"updates) has not improved for {p.converged_patience} validations, or {p.converged_cap} updates "
+                  f"updates and at the end of every epoch, as fairseq-train does) has not improved for {p.converged_patience} validations, or {p.converged_cap} updates "
                   f"at most; the last 3 checkpoints averaged and evaluated as in section 1, {CONVERGED_SEEDS} seeds at "
                   "least. `stopped at` / `best` are update counts. At the deepest depth: post-norm, pre-norm, DLCL, "
                   "MSC, DeepNorm and the transparent variant with the lower valid NLL at the middle depth. The section-1 "

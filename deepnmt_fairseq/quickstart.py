@@ -265,7 +265,7 @@ def deploy(work: Path, bin_dir: Path, model: Path, a) -> dict:
              "--student-updates", student_updates(a), "--save-interval-updates", a.save_every,
              "--average", a.average,
              "--seed", a.seed, "--beam", "5", "--lenpen", "1.0", "--max-len-a", "1.2", "--max-len-b", a.max_len_b,
-             "--cpu"])
+             "--cpu", *(["--single-sentences", a.single_sentences] if a.single_sentences else [])])
     return json.loads(report.read_text())
 
 
@@ -295,6 +295,9 @@ def main(argv=None) -> int:
     p.add_argument("--save-every", type=int, default=50)
     p.add_argument("--average", type=int, default=3, help="average the last K checkpoints")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--train-pairs", type=int, metavar="N",
+                   help="train on the first N training pairs only (default: all 18,000; valid and test stay whole): "
+                        "a try-out, also of step 7, whose SKD translates the training set")
     p.add_argument("--max-len-b", type=int, default=10, help="hypotheses are at most 1.2*src_len + b tokens")
     p.add_argument("--deploy", choices=["auto", "on", "off"], default="auto",
                    help="step 7, the MSC model distilled into a served CTranslate2 student (auto: when the deploy "
@@ -305,7 +308,12 @@ def main(argv=None) -> int:
     p.add_argument("--skd-beam", type=int, default=4,
                    help="step 7: beam of the teacher's translations of the training set (GPKD's 4; 1 = greedy, "
                         "about a third of the time)")
+    p.add_argument("--single-sentences", type=int, metavar="N",
+                   help="step 7's report: about N test sentences translated one at a time for the one-sentence "
+                        "speed (default: deepnmt-distill's 300)")
     a = p.parse_args(argv)
+    if a.train_pairs is not None and a.train_pairs < 1:
+        p.error(f"--train-pairs {a.train_pairs}: at least 1 training pair")
     # the in-process model loads (deployment note) import fairseq, one of whose modules calls
     # logging.basicConfig(level=DEBUG): configure the root logger first, quietly
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -314,16 +322,18 @@ def main(argv=None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     # --deploy adds a step and changes no result: not part of the settings a work dir is tied to
     # nor do step 7's own options: deepnmt-distill ties WORK/distill to its settings itself
-    settings = {k: v for k, v in vars(a).items() if k not in ("work_dir", "deploy", "student_updates", "skd_beam")}
+    settings = {k: v for k, v in vars(a).items()
+                if k not in ("work_dir", "deploy", "student_updates", "skd_beam", "single_sentences")}
     stamp = work / "settings.json"
-    if stamp.exists() and json.loads(stamp.read_text()) != settings:
-        old = json.loads(stamp.read_text())
-        diff = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
+    # a setting added later is absent from older stamps: absent reads as its default (None)
+    old = json.loads(stamp.read_text()) if stamp.exists() else settings
+    diff = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
+    if diff:
         raise SystemExit(f"{work} holds a run with other settings {diff}; use another --work-dir")
     stamp.write_text(json.dumps(settings, indent=2) + "\n")
     os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
 
-    bin_dir = prepare(work, a.bpe_merges)
+    bin_dir = prepare(work, a.bpe_merges, a.train_pairs)
     model = train(work, bin_dir, a)
     res = evaluate(work, bin_dir, model, a)
     print()

@@ -11,7 +11,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = ["--max-update", "4", "--dim", "32", "--heads", "2", "--blocks", "2", "--block-layers", "1",
          "--save-every", "2", "--average", "2", "--bpe-merges", "300", "--max-len-b", "3",
-         "--skd-beam", "1"]  # greedy SKD of the 18,000 training sentences: CI time
+         "--skd-beam", "1", "--single-sentences", "40",  # greedy SKD, one-sentence speed of 40: CI time
+         "--train-pairs", "3000"]  # (last: the stamp test leaves it out)
 
 pytestmark = pytest.mark.slow
 
@@ -32,6 +33,8 @@ def test_quickstart_smoke_and_rerun(tmp_path):
     assert len(hyp_lines) == 1059  # every test sentence translated, in order
     assert "sacreBLEU" in first.stdout and "copy-the-source baseline" in first.stdout
     assert (work / "checkpoints" / "checkpoint_avg.pt").exists()
+    out = first.stdout + first.stderr  # --train-pairs 3000: the first 3,000 pairs, also for step 7's SKD
+    assert "tokenized train.en: 3000 lines" in out and "translates 3000 training sentences" in out
     # step 7 (the deploy extra is installed by the test setup): deepnmt-distill distils the
     # quickstart's own MSC model into a pre-norm student, exported int8, which translates every
     # raw test sentence in order; the report compares them in one run
@@ -41,6 +44,7 @@ def test_quickstart_smoke_and_rerun(tmp_path):
     assert rep["sizes"]["teacher"]["checkpoint"] == str(work / "checkpoints" / "checkpoint_avg.pt")
     assert f"sacreBLEU {served['sacrebleu']} (teacher {teacher['sacrebleu']}" in first.stdout
     assert served["batched"]["sentences"] == 1059 and rep["test"]["sentences"] == 1059
+    assert 30 <= rep["test"]["single_sentences"] <= 60  # --single-sentences 40 reaches the report
     assert len((work / "distill" / "report" / "student.deepnmt-translate.txt").read_text(
         encoding="utf-8").splitlines()) == 1059
     assert served["batched"]["tokens_per_s"] > 0 and teacher["single"]["tokens_per_s"] > 0
@@ -74,3 +78,24 @@ def test_quickstart_smoke_and_rerun(tmp_path):
     other = _run(work, "--seed", "2")
     assert other.returncode != 0 and "other settings" in other.stderr
     assert json.loads((work / "eval" / "results.json").read_text()) == res  # nothing destroyed
+
+
+def test_a_work_dir_stamped_before_a_new_setting_is_reused(tmp_path):
+    """A setting added later (--train-pairs) is absent from older stamps: at its default, the
+    old work directory is still this run's; any other value is refused before anything runs."""
+    work = tmp_path / "qs"
+    work.mkdir()
+    from deepnmt_fairseq import quickstart
+
+    stamp = {"bpe_merges": 300, "blocks": 2, "block_layers": 1, "dim": 32, "heads": 2, "max_update": 4,
+             "max_tokens": 2048, "lr": 3e-3, "warmup": 150, "save_every": 2, "average": 2, "seed": 1, "max_len_b": 3}
+    (work / "settings.json").write_text(json.dumps(stamp))
+    args = ["--work-dir", str(work), *SMOKE[:-2]]  # every smoke setting but --train-pairs
+    (work / "data-bin").mkdir()
+    import unittest.mock as mock
+
+    with mock.patch.object(quickstart, "prepare", side_effect=RuntimeError("reused")):
+        with pytest.raises(RuntimeError, match="reused"):  # the stamp was accepted: on to the data
+            quickstart.main(args)
+        with pytest.raises(SystemExit, match="other settings .*train_pairs"):
+            quickstart.main(args + ["--train-pairs", "10"])
