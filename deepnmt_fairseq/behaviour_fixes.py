@@ -79,6 +79,17 @@ patches nothing itself: ``fairseq_fixes.install()``/``uninstall()`` apply and re
    an H100, torch 2.11).  :func:`_bf16_is_not_tpu` leaves ``--tpu`` as the user gave it: the
    implied TPU mode is taken back when ``--tpu`` was not on the command line and torch_xla
    cannot be imported (TPU users, who have it, keep fairseq's behaviour).
+10. **``--patience`` survives a resume.**  fairseq keeps early stopping's state (the best
+   valid value and the validations since it) only as attributes of
+   ``fairseq_cli.train.should_stop_early``, never in a checkpoint: a run resumed from
+   ``checkpoint_last.pt`` starts counting afresh, with the first valid value after the resume as
+   its best, so an interrupted run stops later than the same run uninterrupted (or never), and
+   two runs in one process share the first one's count.  :func:`_save_early_stopping` adds
+   the state to every checkpoint's ``extra_state``; :func:`_restore_early_stopping` puts it
+   back when fairseq resumes from the run's own checkpoint (as it puts back
+   ``save_checkpoint.best``: not after ``--reset-optimizer``/``--reset-meters`` or a
+   ``--finetune-from-model`` start) and clears it for any other start (tested: a run stopped
+   and resumed stops at the update of the uninterrupted run).
 
 The plugin keeps skipped sub-layers in the autograd graph (``graph_tie`` and
 ``BranchScaleMixin`` in ``models/deep_transformer.py``), so c10d DDP works without
@@ -557,4 +568,61 @@ def _bf16_is_not_tpu(parse_args_and_arch):
         return out
 
     wrapper.__wrapped__ = parse_args_and_arch
+    return wrapper
+
+
+# --------------------------------------------------------------------------- 10. --patience across a resume
+EARLY_STOP_KEY = "deepnmt_should_stop_early"  # in a checkpoint's extra_state: {"best": float, "num_runs": int}
+
+
+def _should_stop_early():
+    """fairseq_cli.train.should_stop_early, the holder of --patience's state (None outside fairseq-train)."""
+    import sys
+
+    return getattr(sys.modules.get("fairseq_cli.train"), "should_stop_early", None)
+
+
+def _save_early_stopping(save_checkpoint):
+    """Wrap ``Trainer.save_checkpoint`` (fix 10 of the module docstring): the checkpoint's
+    ``extra_state`` also keeps early stopping's best value and count, once a validation set them."""
+
+    @functools.wraps(save_checkpoint)
+    def wrapper(self, filename, extra_state):
+        fn = _should_stop_early()
+        if fn is not None and getattr(fn, "best", None) is not None:
+            extra_state = dict(extra_state, **{EARLY_STOP_KEY: {"best": float(fn.best),
+                                                                "num_runs": int(getattr(fn, "num_runs", 0))}})
+        return save_checkpoint(self, filename, extra_state)
+
+    wrapper.__wrapped__ = save_checkpoint
+    return wrapper
+
+
+def _restore_early_stopping(load_checkpoint):
+    """Wrap ``checkpoint_utils.load_checkpoint`` (fix 10 of the module docstring): after fairseq's
+    load, early stopping's state is the checkpoint's where fairseq resumes the run (the conditions
+    under which it restores ``save_checkpoint.best``), and fresh otherwise."""
+
+    @functools.wraps(load_checkpoint)
+    def wrapper(cfg, trainer, **passthrough_args):
+        restore = cfg.restore_file
+        if restore == "checkpoint_last.pt":
+            restore = os.path.join(cfg.save_dir, f"checkpoint_last{trainer.checkpoint_suffix}.pt")
+        # fairseq resets everything when it starts from --finetune-from-model (no checkpoint of the run yet)
+        finetune_start = cfg.finetune_from_model is not None and not os.path.exists(restore)
+        extra_state, epoch_itr = load_checkpoint(cfg, trainer, **passthrough_args)
+        fn = _should_stop_early()
+        if fn is not None:
+            state = (extra_state or {}).get(EARLY_STOP_KEY)
+            if state is not None and not (cfg.reset_optimizer or cfg.reset_meters or finetune_start):
+                fn.best, fn.num_runs = state["best"], state["num_runs"]
+                logger.info(f"early stopping resumed: best {fn.best}, {fn.num_runs} validation(s) without "
+                            "improvement")
+            else:
+                for attr in ("best", "num_runs"):
+                    if hasattr(fn, attr):
+                        delattr(fn, attr)
+        return extra_state, epoch_itr
+
+    wrapper.__wrapped__ = load_checkpoint
     return wrapper

@@ -173,6 +173,16 @@ FIXES: Tuple[Fix, ...] = (
         "\"'NoneType' object has no attribute 'xla_device'\" (no torch_xla)",
         "tests/test_fairseq_fixes.py::test_bf16_does_not_turn_on_tpu_mode",
         _bf._bf16_is_not_tpu),
+    Fix("save_patience", "fairseq.trainer", "Trainer.save_checkpoint", "behaviour",
+        "--patience's state (best valid value, validations since) is in no checkpoint: a resumed run "
+        "counts afresh from its first validation and stops later than the uninterrupted run",
+        "tests/test_fairseq_fixes.py::test_a_resumed_run_stops_early_where_the_uninterrupted_run_stops",
+        _bf._save_early_stopping),
+    Fix("resume_patience", "fairseq.checkpoint_utils", "load_checkpoint", "behaviour",
+        "the same bug, on loading: the state is not put back when a run resumes (and an earlier run's "
+        "count in the same process is kept when a new run starts)",
+        "tests/test_fairseq_fixes.py::test_a_resumed_run_stops_early_where_the_uninterrupted_run_stops",
+        _bf._restore_early_stopping),
 )
 
 _BY_NAME: Dict[str, Fix] = {fix.name: fix for fix in FIXES}

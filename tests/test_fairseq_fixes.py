@@ -387,6 +387,56 @@ def test_a_resumed_run_is_the_uninterrupted_run(fixes, data_bin, tmp_path):
         assert out["max_param_diff"] > 1e-4, out
 
 
+PATIENCE_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import torch
+    from fairseq_cli.train import cli_main
+
+    data, user_dir, save, max_update = sys.argv[1:5]
+    # --maximize-best-checkpoint-metric on the valid *loss*: while training lowers the loss no
+    # validation is "better" than the first, so --patience 4 stops at the 5th validation
+    # (update 10 with one every 2 updates), deterministically
+    sys.argv = ["fairseq-train", data, "--user-dir", user_dir, "--arch", "deepnmt_transformer",
+                "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
+                "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
+                "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--share-all-embeddings",
+                "--optimizer", "adam", "--lr", "0.002", "--max-tokens", "100",
+                "--required-batch-size-multiple", "1", "--max-update", max_update, "--seed", "1",
+                "--save-dir", save, "--save-interval-updates", "2", "--validate-interval-updates", "2",
+                "--validate-interval", "1000",  # not at the epochs' ends (their updates depend on the data)
+                "--patience", "4", "--best-checkpoint-metric", "loss", "--maximize-best-checkpoint-metric",
+                "--cpu", "--num-workers", "0", "--no-progress-bar", "--log-format", "json", "--log-interval", "1"]
+    cli_main()
+    last = torch.load(save + "/checkpoint_last.pt", weights_only=False)
+    print("RESULT " + json.dumps({"updates": last["optimizer_history"][-1]["num_updates"],
+                                  "state": last["extra_state"].get("deepnmt_should_stop_early")}))
+""")
+
+
+@pytest.mark.slow
+def test_a_resumed_run_stops_early_where_the_uninterrupted_run_stops(data_bin, tmp_path):
+    """--patience across a resume: a run stopped at update 6 (3 validations, 2 without
+    improvement) and resumed goes on counting from there and stops at update 10, as the same
+    run uninterrupted does; fairseq alone would count afresh after the resume (update 16)."""
+    from fairseq_helpers import USER_DIR
+
+    script = tmp_path / "patience.py"
+    script.write_text(PATIENCE_SCRIPT)
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+    def train(save, max_update):
+        res = subprocess.run([sys.executable, str(script), str(data_bin), USER_DIR, str(tmp_path / save),
+                              str(max_update)], capture_output=True, text=True, env=env, timeout=300)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return json.loads(res.stdout.split("RESULT ")[-1])
+
+    whole = train("whole", 40)
+    assert whole["updates"] == 10 and whole["state"]["num_runs"] == 4
+    part = train("part", 6)
+    assert part["updates"] == 6 and part["state"] == {"best": whole["state"]["best"], "num_runs": 2}
+    assert train("part", 40)["updates"] == 10  # resumed: stops where the uninterrupted run stopped
+
+
 @pytest.mark.parametrize("extra, tpu", [([], False), (["--tpu"], True)])
 def test_bf16_does_not_turn_on_tpu_mode(extra, tpu):
     """``--bf16`` keeps a run on its CUDA/CPU device: fairseq's parser implies ``--tpu``, whose
