@@ -12,6 +12,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import shlex
 import shutil
 import statistics
@@ -119,8 +120,12 @@ class Study:
                "--max-tokens", str(p.max_tokens), "--max-update", str(updates), "--seed", str(r.seed),
                "--save-dir", str(save), "--save-interval-updates", str(p.save_every), "--keep-interval-updates", "3",
                # fairseq saves no interval checkpoint at an epoch's end (it is an epoch checkpoint
-               # then): keep the newest epoch checkpoint so that the last 3 by update are all there
-               "--keep-last-epochs", "1", "--log-format", "json", "--log-interval", str(max(1, p.save_every // 5)),
+               # then): keep the newest epoch checkpoint so that the last 3 by update are all there.
+               # A curve run keeps them all: an epoch's end on a curve point is saved only as an epoch
+               # checkpoint (the CPU corpus has 200-update epochs: every 800th update is one); curve()
+               # deletes those that are no curve point once it has evaluated the run
+               *([] if r.curve_every else ["--keep-last-epochs", "1"]),
+               "--log-format", "json", "--log-interval", str(max(1, p.save_every // 5)),
                "--num-workers", "0", "--skip-invalid-size-inputs-valid-test", *p.extra]
         if "--bf16" not in p.extra and "--fp16" not in p.extra:
             cmd.append("--cpu")
@@ -195,22 +200,31 @@ class Study:
         return out
 
     def curve(self, save: Path, every: int) -> List[dict]:
-        """Valid NLL and test BLEU of the single checkpoint at every multiple of
-        ``every`` updates (kept by ``--keep-interval-updates-pattern``), in update order; each point
-        is cached in ``curve-U.json``, so an interrupted evaluation resumes."""
-        points = []
-        for ckpt in save.glob("checkpoint_*_*.pt"):
-            update = int(ckpt.stem.rsplit("_", 1)[1])
-            if update % every == 0:
-                points.append((update, ckpt))
+        """Valid NLL and test BLEU of the single checkpoint at every multiple of ``every`` updates
+        (interval checkpoints kept by ``--keep-interval-updates-pattern``, and epoch checkpoints
+        where an epoch ended on one), in update order; each point is cached in ``curve-U.json``, so
+        an interrupted evaluation resumes.  Then the epoch checkpoints that are no curve point are
+        deleted, but for the newest (what ``--keep-last-epochs 1`` keeps in the other runs)."""
+        points: Dict[int, Path] = {}
+        epochs: List[Tuple[int, Path]] = []
+        for ckpt in save.glob("checkpoint*.pt"):
+            interval, epoch = re.fullmatch(r"checkpoint_\d+_(\d+)", ckpt.stem), re.fullmatch(r"checkpoint\d+", ckpt.stem)
+            update = int(interval.group(1)) if interval else self.updates_of(ckpt) if epoch else None
+            if epoch and update is not None:
+                epochs.append((update, ckpt))
+            if update and update % every == 0:
+                points.setdefault(update, ckpt)
         out = []
-        for update, ckpt in sorted(points):
+        for update, ckpt in sorted(points.items()):
             cache = save / f"curve-{update}.json"
             if not cache.exists():
                 res = self.evaluate(ckpt, train_sample=False)  # a curve point: valid NLL and test BLEU
                 cache.write_text(json.dumps({"updates": update, **{k: res.get(k) for k in
                                                                   ("valid_nll", "bleu", "test_stats")}}))
             out.append(json.loads(cache.read_text()))
+        for update, ckpt in sorted(epochs)[:-1]:
+            if update % every:
+                ckpt.unlink()
         return out
 
     @staticmethod

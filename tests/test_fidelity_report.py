@@ -672,3 +672,28 @@ def test_curve_table_gives_the_mean_at_every_budget_and_the_seeds_that_reached_i
     assert lines[3] == "| conv-b-12 | 6.00 | 10.00 | 12.00 |"
     assert report.sd(systems["conv-b-12"]) == f"{statistics.stdev([11.0, 13.0]):.2f} (n=2)"
     assert report.sd(systems["conv-a-12"][:1]) == "-"
+
+
+def test_curve_points_include_epoch_checkpoints_and_the_rest_are_pruned(tmp_path):
+    """An epoch that ends on a curve point is saved by fairseq only as an epoch checkpoint
+    (checkpoint{E}.pt): it is a curve point too (the CPU corpus's 200-update epochs end on every
+    800th update); epoch checkpoints that are no curve point go once the run is evaluated, but
+    for the newest."""
+    import fidelity_runner as runner
+
+    save = tmp_path / "run"
+    save.mkdir()
+    epoch_updates = {"checkpoint2.pt": 8, "checkpoint3.pt": 10, "checkpoint4.pt": 14}
+    for name in ["checkpoint_1_4.pt", "checkpoint_3_12.pt", "checkpoint_last.pt", "checkpoint_best.pt",
+                 *epoch_updates]:
+        (save / name).write_text("")
+    study = object.__new__(runner.Study)
+    study.updates_of = lambda ckpt: epoch_updates[ckpt.name]
+    evaluated = []
+    study.evaluate = lambda ckpt, train_sample: evaluated.append(ckpt.name) or {"valid_nll": 1.0, "bleu": 2.0}
+    curve = study.curve(save, every=4)
+    assert [pt["updates"] for pt in curve] == [4, 8, 12]
+    assert evaluated == ["checkpoint_1_4.pt", "checkpoint2.pt", "checkpoint_3_12.pt"]
+    assert not (save / "checkpoint3.pt").exists()  # no curve point, not the newest epoch checkpoint
+    assert (save / "checkpoint2.pt").exists() and (save / "checkpoint4.pt").exists()
+    assert study.curve(save, every=4) == curve and len(evaluated) == 3  # cached: nothing evaluated again
