@@ -79,11 +79,11 @@ PRESETS: Dict[str, Preset] = {
                   depths=(6, 12, 24), decoder_layers=3, dd_encoder=6, dd_depths=(3, 6, 12), teacher_layers=12,
                   ssl_layers=12, stage1_factor=2.0, stage2_factor=0.5, save_every=50, valid_every=100,
                   patience=3, train_sample=500, bpe=4000,
-                  # 8x the short budget; 8 validations (every 100 updates and at each epoch's end:
-                  # about 600-800 updates) without improvement; a curve point
+                  # 8x the short budget; 16 validations without improvement (fairseq validates at
+                  # every 50-update save: 800 updates); a curve point
                   # every 800 updates.  ssl-stage1-12-s1 (pre-norm 12-3, patience 3) was still improving
                   # at 3200 updates (16.28 sacreBLEU), so the cap is well above where it stops
-                  converged_cap=12800, converged_patience=8, curve_every=800),
+                  converged_cap=12800, converged_patience=16, curve_every=800),
     # IWSLT-small shapes (d 256, FFN 1024) on the evidence corpus; schedules scaled to ~50k pairs
     "gpu": Preset("gpu", dim=256, ffn=1024, heads=4, updates=8000, max_tokens=8192, lr=1e-3, warmup=1000,
                   depths=(6, 12, 24), decoder_layers=3, dd_encoder=6, dd_depths=(3, 6, 12, 18), teacher_layers=24,
@@ -290,6 +290,13 @@ def converged_runs(p: Preset, seeds: Sequence[int], results: Optional[Dict[str, 
             for r in seeded(f"conv-{fam}-{n}", converged_seeds(seeds),
                             model=model_flags(p, n, p.decoder_layers, *FAMILIES[fam]), updates=p.converged_cap,
                             early_stop=True, patience=p.converged_patience, curve_every=p.curve_every)]
+
+
+def valid_interval(p: Preset) -> int:
+    """Updates between two validations of an early-stopped run: fairseq-train validates at every
+    checkpoint save (``save_every``), every ``--validate-interval-updates`` (``valid_every``) and at
+    each epoch's end, so ``--patience N`` waits about N times this many updates."""
+    return math.gcd(p.save_every, p.valid_every)
 
 
 def run_order(p: Preset) -> List[Tuple[str, str]]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from fidelity_plan import (CONVERGED_SEEDS, DD_KINDS, FAMILIES, REPO, by_system, converged_families, dd_choice, headline_pairs,
-                           run_order, run_updates, stat)
+                           run_order, run_updates, stat, valid_interval)
 from fidelity_stats import ALPHA, BOOTSTRAP_SAMPLES, decode_stats, paired_bootstrap
 
 FINDINGS = Path(__file__).with_name("fidelity_findings.md")
@@ -165,8 +165,10 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
     conv_names = [f"conv-{fam}-{n}" for n in p.depths for fam in converged_families(p, n, results)]
     if any(n in systems for n in conv_names):
         lines += ["## 1b. Depth, converged: every system stops by one rule on the valid set", "",
-                  f"The systems of section 1, trained until the valid loss (validated every {p.valid_every} "
-                  f"updates and at the end of every epoch, as fairseq-train does) has not improved for {p.converged_patience} validations, or {p.converged_cap} updates "
+                  f"The systems of section 1, trained until the valid loss (validated every {valid_interval(p)} "
+                  "updates, at every checkpoint save, and at the end of every epoch, as fairseq-train does) has "
+                  f"not improved for {p.converged_patience} validations (about "
+                  f"{p.converged_patience * valid_interval(p)} updates), or {p.converged_cap} updates "
                   f"at most; the last 3 checkpoints averaged and evaluated as in section 1, {CONVERGED_SEEDS} seeds at "
                   "least. `stopped at` / `best` are update counts. At the deepest depth: post-norm, pre-norm, DLCL, "
                   "MSC, DeepNorm and the transparent variant with the lower valid NLL at the middle depth. The section-1 "
@@ -229,7 +231,7 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
     if any(n in systems for n in ssl_names):
         st = systems.get(s1, [{}])[0]
         lines += ["## 4. Skipping sub-layer, two-stage training (Li et al. Tables 3-4)", "",
-                  f"Stage 1: {p.ssl_layers}-layer pre-norm encoder, validated every {p.valid_every} updates, "
+                  f"Stage 1: {p.ssl_layers}-layer pre-norm encoder, validated every {valid_interval(p)} updates, "
                   f"patience {p.patience}, at most {int(p.updates * p.stage1_factor)} updates (best valid loss at "
                   f"update {st.get('best_update')}, stopped at {st.get('stopped_at')}). Stage 2: "
                   f"{int(p.updates * p.stage2_factor)} more updates from stage 1's best checkpoint with its Adam "

@@ -284,11 +284,13 @@ class Study:
         # longest first (the shortest makespan), or shortest first (--order short-first: the most
         # finished comparisons when the study is stopped early and resumed later)
         runs.sort(key=lambda r: _cost(r, self.p) * (1 if self.short_first else -1))
-        if self.select:  # --runs: the first matching pattern decides the place (a stable sort)
-            runs = sorted((r for r in runs if _pattern_index(r.name, self.select) is not None),
-                          key=lambda r: _pattern_index(r.name, self.select))
+        # --runs: the first matching pattern decides the place (a stable sort); a run not selected is
+        # not trained, but its finished result is returned as a trained one would be (the phases
+        # after this one read the teacher's, stage 1's and the depth search's results from here)
+        kept = {r.name: res for r in runs if not self.selected(r.name) and (res := self.result(r.name)) is not None}
+        runs = sorted((r for r in runs if self.selected(r.name)), key=lambda r: _pattern_index(r.name, self.select or ["*"]))
         with ThreadPoolExecutor(jobs) as pool:
-            return dict(zip([r.name for r in runs], pool.map(self.train, runs)))
+            return {**kept, **dict(zip([r.name for r in runs], pool.map(self.train, runs)))}
 
 
 def _pattern_index(name: str, patterns: Sequence[str]) -> Optional[int]:

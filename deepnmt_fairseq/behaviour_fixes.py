@@ -86,9 +86,11 @@ patches nothing itself: ``fairseq_fixes.install()``/``uninstall()`` apply and re
    its best, so an interrupted run stops later than the same run uninterrupted (or never), and
    two runs in one process share the first one's count.  :func:`_save_early_stopping` adds
    the state to every checkpoint's ``extra_state``; :func:`_restore_early_stopping` puts it
-   back when fairseq resumes from the run's own checkpoint (as it puts back
-   ``save_checkpoint.best``: not after ``--reset-optimizer``/``--reset-meters`` or a
-   ``--finetune-from-model`` start) and clears it for any other start (tested: a run stopped
+   back when fairseq resumes the run from its own ``checkpoint_last.pt`` or an explicit
+   ``--restore-file`` (as it puts back ``save_checkpoint.best``; not after
+   ``--reset-optimizer``/``--reset-meters``) and clears it for any other start (a first launch
+   from ``--continue-once`` or ``--finetune-from-model`` is a new run: a stage 2 continuing stage
+   1's averaged checkpoint counts its own patience) (tested: a run stopped
    and resumed stops at the update of the uninterrupted run).
 
 The plugin keeps skipped sub-layers in the autograd graph (``graph_tie`` and
@@ -605,16 +607,18 @@ def _restore_early_stopping(load_checkpoint):
 
     @functools.wraps(load_checkpoint)
     def wrapper(cfg, trainer, **passthrough_args):
-        restore = cfg.restore_file
-        if restore == "checkpoint_last.pt":
-            restore = os.path.join(cfg.save_dir, f"checkpoint_last{trainer.checkpoint_suffix}.pt")
-        # fairseq resets everything when it starts from --finetune-from-model (no checkpoint of the run yet)
-        finetune_start = cfg.finetune_from_model is not None and not os.path.exists(restore)
+        from fairseq.file_io import PathManager
+
+        # the run resumes itself: its checkpoint_last exists, or --restore-file names the checkpoint
+        # (fairseq restores save_checkpoint.best from it too); a first launch from --continue-once
+        # or --finetune-from-model starts another run from another run's weights: counted afresh
+        last = os.path.join(cfg.save_dir, f"checkpoint_last{trainer.checkpoint_suffix}.pt")
+        resumes = cfg.restore_file != "checkpoint_last.pt" or PathManager.exists(last)
         extra_state, epoch_itr = load_checkpoint(cfg, trainer, **passthrough_args)
         fn = _should_stop_early()
         if fn is not None:
             state = (extra_state or {}).get(EARLY_STOP_KEY)
-            if state is not None and not (cfg.reset_optimizer or cfg.reset_meters or finetune_start):
+            if state is not None and resumes and not (cfg.reset_optimizer or cfg.reset_meters):
                 fn.best, fn.num_runs = state["best"], state["num_runs"]
                 logger.info(f"early stopping resumed: best {fn.best}, {fn.num_runs} validation(s) without "
                             "improvement")

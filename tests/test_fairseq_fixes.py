@@ -437,6 +437,38 @@ def test_a_resumed_run_stops_early_where_the_uninterrupted_run_stops(data_bin, t
     assert train("part", 40)["updates"] == 10  # resumed: stops where the uninterrupted run stopped
 
 
+@pytest.mark.parametrize("start, restored", [("resume", True), ("continue_once", False), ("finetune", False),
+                                             ("reset_meters", False), ("restore_file", True)])
+def test_early_stopping_state_is_restored_only_when_the_run_resumes_itself(tmp_path, start, restored):
+    """The state comes back when fairseq resumes the run (its checkpoint_last.pt, or --restore-file),
+    not on a first launch from another run's checkpoint (--continue-once, --finetune-from-model:
+    a stage 2 continuing stage 1 counts its own patience) nor after --reset-meters."""
+    import types
+
+    import fairseq_cli.train as train
+    from deepnmt_fairseq import behaviour_fixes as bf
+
+    if start in ("resume", "reset_meters"):
+        (tmp_path / "checkpoint_last.pt").write_text("")
+    cfg = types.SimpleNamespace(save_dir=str(tmp_path), restore_file="checkpoint_last.pt", reset_optimizer=False,
+                                reset_meters=start == "reset_meters",
+                                continue_once="/elsewhere/avg.pt" if start == "continue_once" else None,
+                                finetune_from_model="/elsewhere/m.pt" if start == "finetune" else None)
+    if start == "restore_file":
+        cfg.restore_file = "/elsewhere/checkpoint_7.pt"
+    extra = {bf.EARLY_STOP_KEY: {"best": 3.0, "num_runs": 3}}
+    wrapped = bf._restore_early_stopping(lambda cfg, trainer, **kw: (extra, "itr"))
+    train.should_stop_early.best, train.should_stop_early.num_runs = 9.0, 1  # left by an earlier run
+    try:
+        assert wrapped(cfg, types.SimpleNamespace(checkpoint_suffix="")) == (extra, "itr")
+        state = (getattr(train.should_stop_early, "best", None), getattr(train.should_stop_early, "num_runs", None))
+        assert state == ((3.0, 3) if restored else (None, None))
+    finally:
+        for attr in ("best", "num_runs"):
+            if hasattr(train.should_stop_early, attr):
+                delattr(train.should_stop_early, attr)
+
+
 @pytest.mark.parametrize("extra, tpu", [([], False), (["--tpu"], True)])
 def test_bf16_does_not_turn_on_tpu_mode(extra, tpu):
     """``--bf16`` keeps a run on its CUDA/CPU device: fairseq's parser implies ``--tpu``, whose

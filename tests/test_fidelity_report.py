@@ -615,8 +615,12 @@ def test_runs_selects_the_matching_planned_runs_in_the_patterns_order(tmp_path):
     study = object.__new__(runner.Study)
     study.p, study.short_first = p, True
     study.train = lambda r: started.append(r.name) or {"name": r.name}
+    # a finished run that is not selected is returned, not trained (later phases read it)
+    study.result = lambda name: {"name": name, "stored": True} if name == "conv-msc-6-s1" else None
     study.select = ["conv-dlcl-12-s1", "conv-*-12-s1", "conv-*-12-s2"]
-    study.run_all(runs, jobs=1)
+    out = study.run_all(runs, jobs=1)
+    assert out["conv-msc-6-s1"] == {"name": "conv-msc-6-s1", "stored": True}
+    assert "conv-msc-6-s1" not in started and "conv-msc-6-s2" not in out
     fams = [f for f in plan.FAMILIES]
     assert started[0] == "conv-dlcl-12-s1"
     assert sorted(started[1:len(fams)]) == sorted(f"conv-{f}-12-s1" for f in fams if f != "dlcl")
