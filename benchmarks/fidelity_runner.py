@@ -192,19 +192,22 @@ class Study:
         if r.early_stop:
             out["best_update"] = self.updates_of(save / "checkpoint_best.pt")
             out["stopped_at"] = self.updates_of(save / "checkpoint_last.pt")
-        if r.curve_every and not out["diverged"]:
-            out["curve"] = self.curve(save, r.curve_every)
+        if r.curve_every:  # a diverged run has no curve, but its epoch checkpoints are pruned too
+            curve = self.curve(save, r.curve_every, evaluate=not out["diverged"])
+            if not out["diverged"]:
+                out["curve"] = curve
         self._save(r.name, out)
         log(f"  {r.name}: " + json.dumps({k: out.get(k) for k in ("final_train_loss", "valid_nll", "bleu",
                                                                    "train_bleu", "unk_gap", "train_seconds")}))
         return out
 
-    def curve(self, save: Path, every: int) -> List[dict]:
+    def curve(self, save: Path, every: int, evaluate: bool = True) -> List[dict]:
         """Valid NLL and test BLEU of the single checkpoint at every multiple of ``every`` updates
         (interval checkpoints kept by ``--keep-interval-updates-pattern``, and epoch checkpoints
         where an epoch ended on one), in update order; each point is cached in ``curve-U.json``, so
         an interrupted evaluation resumes.  Then the epoch checkpoints that are no curve point are
-        deleted, but for the newest (what ``--keep-last-epochs 1`` keeps in the other runs)."""
+        deleted, but for the newest (what ``--keep-last-epochs 1`` keeps in the other runs).
+        ``evaluate=False`` (a diverged run) only deletes them."""
         points: Dict[int, Path] = {}
         epochs: List[Tuple[int, Path]] = []
         for ckpt in save.glob("checkpoint*.pt"):
@@ -215,7 +218,7 @@ class Study:
             if update and update % every == 0:
                 points.setdefault(update, ckpt)
         out = []
-        for update, ckpt in sorted(points.items()):
+        for update, ckpt in sorted(points.items()) if evaluate else ():
             cache = save / f"curve-{update}.json"
             if not cache.exists():
                 res = self.evaluate(ckpt, train_sample=False)  # a curve point: valid NLL and test BLEU

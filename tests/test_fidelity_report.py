@@ -701,3 +701,5 @@ def test_curve_points_include_epoch_checkpoints_and_the_rest_are_pruned(tmp_path
     assert not (save / "checkpoint3.pt").exists()  # no curve point, not the newest epoch checkpoint
     assert (save / "checkpoint2.pt").exists() and (save / "checkpoint4.pt").exists()
     assert study.curve(save, every=4) == curve and len(evaluated) == 3  # cached: nothing evaluated again
+    (save / "checkpoint3.pt").write_text("")  # a diverged run: nothing evaluated, pruned all the same
+    assert study.curve(save, every=4, evaluate=False) == [] and not (save / "checkpoint3.pt").exists()
