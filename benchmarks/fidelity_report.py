@@ -78,7 +78,7 @@ def table(systems: Dict[str, List[dict]], names: List[str], extra: Tuple[Tuple[s
         runs = systems.get(n, [])
         failed = [r for r in runs if r.get("diverged")]
         cells = [fmt(stat(runs, k), 3 if ("loss" in k or "nll" in k) else 2) for k, _, _ in METRICS]
-        cells += [fmt(stat(runs, k), 3) for k, _ in extra] + [sd(runs)]
+        cells += [fmt(stat(runs, k), 0 if k in ("stopped_at", "best_update") else 3) for k, _ in extra] + [sd(runs)]
         seeds = ",".join(str(r.get("seed")) for r in runs) or "-"
         if failed:
             seeds += f" ({len(failed)} failed/diverged: seed {','.join(str(r.get('seed')) for r in failed)})"
@@ -181,7 +181,8 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
             lines += ["", f"![BLEU vs updates](img/{tag}-converged.png)", "",
                       f"Test BLEU of the single checkpoint every {p.curve_every} updates (not averaged), mean over "
                       "the seeds that reached it (their number in brackets where fewer than the system's seeds "
-                      "did: the others had stopped): where each system would be at any budget.", ""]
+                      "did: the others had stopped, or lost the point, as the findings say): where each system "
+                      "would be at any budget.", ""]
             lines += curve_table(systems, [n for n in conv_names if n in systems]) + [""]
         lines.append("")
 
