@@ -137,9 +137,12 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
                      "finished runs of its encoder depth (`fidelity_report.remaining_hours`); early stopping "
                      "shortens the converged runs. Order (`fidelity_plan.run_order`, the cheapest decisive runs "
                      f"first), one `python benchmarks/fidelity.py --preset {p.name} --order short-first --runs "
-                     "PATTERN` after another: " + "; ".join(f"{i}. {what} (`{pat}`)" for i, (what, pat) in
-                                                          enumerate(run_order(p), 1)) + "."
-                     if missing and hours else ""), ""]
+                     "PATTERN` after another, each with the runs not yet finished and their core-hours at the cap: "
+                     + "; ".join(f"{i}. {what} (`{pat}`: {n} runs, ≤ {h:.1f} core-hours)" for i, (what, pat, n, h)
+                                 in enumerate(order_budget(p, missing, results), 1) if n)
+                     + ". A stopped run resumes from the checkpoints in its work directory only: where `work/` "
+                     "does not outlive a session (a fresh checkout each time), start only what finishes before "
+                     "the session ends." if missing and hours else ""), ""]
     if p.name == "cpu":  # the hand-written findings (both presets) live in one report, the CPU one's
         lines += [FINDINGS.read_text().strip(), ""] if FINDINGS.exists() else []
     elif p.name != "tiny":
@@ -320,6 +323,19 @@ def remaining_hours(p, missing: List[str], results: Dict[str, dict]) -> float:
         points = updates // p.curve_every if n.startswith("conv-") and p.curve_every else 0
         total += per * updates + 60 + 40 * points
     return total / 3600
+
+
+def order_budget(p, missing: List[str], results: Dict[str, dict]) -> List[Tuple[str, str, int, float]]:
+    """(what, ``--runs`` pattern, runs not yet finished, their core-hours) for each step of
+    :func:`fidelity_plan.run_order`; a run is counted in the first step whose pattern it matches."""
+    import fnmatch
+
+    left, out = list(missing), []
+    for what, pat in run_order(p):
+        mine = [n for n in left if fnmatch.fnmatchcase(n, pat)]
+        left = [n for n in left if n not in mine]
+        out.append((what, pat, len(mine), remaining_hours(p, mine, results)))
+    return out
 
 
 def curve_points(runs: List[dict]) -> Dict[int, List[float]]:

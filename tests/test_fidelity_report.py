@@ -703,3 +703,26 @@ def test_curve_points_include_epoch_checkpoints_and_the_rest_are_pruned(tmp_path
     assert study.curve(save, every=4) == curve and len(evaluated) == 3  # cached: nothing evaluated again
     (save / "checkpoint3.pt").write_text("")  # a diverged run: nothing evaluated, pruned all the same
     assert study.curve(save, every=4, evaluate=False) == [] and not (save / "checkpoint3.pt").exists()
+
+
+def test_order_budget_counts_each_missing_run_once_in_its_first_step():
+    """The status line's per-step budget: every missing run lands in the first step whose pattern it
+    matches (the last step, ``*``, gets only the rest), and the hours add up to the total."""
+    import fidelity_plan as plan
+    import fidelity_report as report
+
+    p = plan.PRESETS["cpu"]
+    results = {"prenorm-12-s1": {"train_seconds": 1000.0, "losses": [[1600, 3.0]]},
+               "prenorm-6-s1": {"train_seconds": 500.0, "losses": [[1600, 3.0]]}}
+    missing = ["conv-dlcl-12-s1", "conv-msc-12-s1", "prenorm-6-matched-s1", "conv-dlcl-12-s2",
+               "conv-dlcl-24-s1", "postnorm-12-s3"]
+    steps = report.order_budget(p, missing, results)
+    counts = {pat: n for _, pat, n, _ in steps}
+    assert counts["conv-*-12-s1"] == 2 and counts["*-matched-s*"] == 1 and counts["conv-*-12-s2"] == 1
+    assert counts["conv-*-24-s*"] == 1 and counts["*"] == 1  # postnorm-12-s3 only, not counted twice
+    assert sum(n for _, _, n, _ in steps) == len(missing)
+    total = report.remaining_hours(p, missing, results)
+    assert abs(sum(h for *_, h in steps) - total) < 1e-9
+    # a 12-layer run at the cap costs twice a 6-layer one per update (1000 s against 500 s per 1600)
+    h12 = report.remaining_hours(p, ["conv-dlcl-12-s1"], results)
+    assert h12 > report.remaining_hours(p, ["prenorm-6-matched-s1"], results)
