@@ -112,6 +112,11 @@ def main(argv=None):
                     help="where every finished run's result is also kept, to be committed: a fresh clone "
                          "reuses them (default: benchmarks/results/fidelity/<preset> for cpu and gpu; with "
                          "--work-dir or another preset: <work-dir>/records)")
+    ap.add_argument("--add-statistics", action="store_true",
+                    help="train again the selected runs (--runs) whose records lack the sentence statistics "
+                         "of the paired bootstrap (the first round's): a run that reproduces its record "
+                         "(deterministic training) adds them to it; one that does not is kept as "
+                         "<run>.rebuilt.json and the record stays")
     ap.add_argument("--deadline-minutes", type=float, metavar="M",
                     help="stop after M minutes of wall time (the running commands are stopped, the report is "
                          "written, exit code 3); the same command resumes. For machines lent by the 10 minutes")
@@ -144,7 +149,7 @@ def main(argv=None):
     if not a.report_only:
         data, tok = prepare(p, work)
         study = Study(p, work, data, tok, a.threads, a.order == "short-first", fork=not a.exec, deadline=deadline,
-                      records=records, select=a.runs)
+                      records=records, select=a.runs, add_statistics=a.add_statistics)
         try:
             run_study(study, p, a.only, a.seeds, a.jobs)
         except Deadline:

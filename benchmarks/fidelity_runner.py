@@ -49,8 +49,10 @@ def load_quickstart():
 class Study:
     def __init__(self, preset: Preset, work: Path, data: Path, raw: Path, threads: int = 1,
                  short_first: bool = False, fork: bool = True, deadline: Optional[float] = None,
-                 records: Optional[Path] = None, select: Sequence[str] = ()):
+                 records: Optional[Path] = None, select: Sequence[str] = (), add_statistics: bool = False):
         self.p, self.work, self.data, self.raw, self.records = preset, work, data, raw, records
+        # --add-statistics: the selected runs recorded without sentence statistics are trained again
+        self.add_statistics = add_statistics
         self.short_first = short_first
         # --runs: only the planned runs whose names match one of these patterns, in the patterns' order
         self.select = list(select)
@@ -87,13 +89,25 @@ class Study:
                 old, new = json.loads(rec.read_text()), json.loads(text)
                 if all(old.get(k) == new.get(k) for k in REPRODUCED):
                     log(f"  {name}: the rebuilt run reproduces its record ({', '.join(REPRODUCED)})")
-                    return
-                rec = rec.with_name(f"{name}.rebuilt.json")
-                log(f"  {name}: the rebuilt run DIFFERS from its record; kept as {rec.name}, the record stays")
+                    gained = {k: v for k, v in new.items() if k not in old}
+                    if not gained:
+                        return
+                    # a record made before a measurement was kept (the sentence statistics of the paired
+                    # bootstrap) gains it from a run that reproduces it; nothing it had is changed
+                    log(f"  {name}: its record gains {', '.join(gained)}")
+                    text = json.dumps({**old, **gained}, indent=1) + "\n"
+                else:
+                    rec = rec.with_name(f"{name}.rebuilt.json")
+                    log(f"  {name}: the rebuilt run DIFFERS from its record; kept as {rec.name}, the record stays")
             rec.parent.mkdir(parents=True, exist_ok=True)
             tmp = rec.with_name(rec.name + ".tmp")
             tmp.write_text(text)
             tmp.replace(rec)
+
+    def lacks_statistics(self, name: str) -> bool:
+        """A finished, evaluated run recorded before every evaluation kept ``test_stats`` (round 1)."""
+        out = self.result(name)
+        return out is not None and not out.get("diverged") and "bleu" in out and "test_stats" not in out
 
     def rebuild(self, r: Run) -> dict:
         """Train a recorded run again in this work directory, for a checkpoint that a later run needs
@@ -144,6 +158,9 @@ class Study:
 
     def train(self, r: Run, rebuild: bool = False) -> dict:
         """Train (or resume) the run, average its last 3 checkpoints, evaluate; once."""
+        if self.add_statistics and self.selected(r.name) and self.lacks_statistics(r.name):
+            log(f"rebuild {r.name}: recorded without the sentence statistics of the paired bootstrap")
+            rebuild = True
         out = self.result(r.name, work_only=rebuild)
         if out is not None:
             return out

@@ -251,6 +251,23 @@ def test_a_fresh_clone_reuses_the_records_and_rebuilds_only_what_a_lost_run_need
     for n in rebuilt:
         r = json.loads((records / f"{n}.json").read_text())
         assert {k: r.get(k) for k in plan.REPRODUCED} == {k: done[n].get(k) for k in plan.REPRODUCED}, n
+    # --add-statistics: a record made before the sentence statistics were kept (round 1) gains them
+    # from a retrained run that reproduces it; one that would not reproduce keeps its record as it is
+    plain1, skip1 = f"ssl-stage2-plain-{p.ssl_layers}-s1", f"ssl-stage2-skip-{p.ssl_layers}-s1"
+    for n in (plain1, skip1):
+        r = json.loads((records / f"{n}.json").read_text())
+        assert r.pop("test_stats")
+        if n == skip1:
+            r["bleu"] += 1.0  # as if the retrained run did not reproduce it
+        (records / f"{n}.json").write_text(json.dumps(r, indent=1) + "\n")
+    old = {n: (records / f"{n}.json").read_text() for n in (plain1, skip1, stage2)}
+    assert fidelity.main(again + ["--add-statistics", "--runs", "ssl-stage2-*-s1"]) == 0
+    gained = json.loads((records / f"{plain1}.json").read_text())
+    assert gained["test_stats"] == done[plain1]["test_stats"]
+    assert {k: v for k, v in gained.items() if k != "test_stats"} == json.loads(old[plain1])
+    assert (records / f"{skip1}.json").read_text() == old[skip1]  # the record stays
+    assert json.loads((records / f"{skip1}.rebuilt.json").read_text())["test_stats"] == done[skip1]["test_stats"]
+    assert (records / f"{stage2}.json").read_text() == old[stage2]  # not selected, had its statistics
 
 
 def test_a_work_dir_of_other_settings_is_refused(tmp_path, monkeypatch):
