@@ -98,7 +98,8 @@ class Study:
                     text = json.dumps({**old, **gained}, indent=1) + "\n"
                 else:
                     rec = rec.with_name(f"{name}.rebuilt.json")
-                    log(f"  {name}: the rebuilt run DIFFERS from its record; kept as {rec.name}, the record stays")
+                    log(f"  {name}: the rebuilt run DIFFERS from its record; kept as {rec.name}, the record stays "
+                        f"(trained on {new.get('machine')}; the record on {old.get('machine', 'a machine not recorded')})")
             rec.parent.mkdir(parents=True, exist_ok=True)
             tmp = rec.with_name(rec.name + ".tmp")
             tmp.write_text(text)
@@ -201,7 +202,7 @@ class Study:
                "train_seconds": float((save / ".trained").read_text()), "losses": losses,
                # mean of the last five logged intervals
                "final_train_loss": round(statistics.fmean(v for _, v in losses[-5:]), 3) if losses else math.nan,
-               "diverged": not losses or not math.isfinite(losses[-1][1])}
+               "diverged": not losses or not math.isfinite(losses[-1][1]), "machine": machine()}
         if not out["diverged"]:
             avg = save / "checkpoint_avg.pt"  # the last 3 checkpoints averaged (by fidelity_eval.py)
             out.update(self.evaluate(avg, r.unk_gap, average_dir=save))
@@ -439,6 +440,23 @@ def _subset(corpus: Path, out: Path, train: int, held_out: int) -> Path:
                 with gzip.open(out / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
                     f.writelines(lines)
         (out / ".done").write_text("")
+    return out
+
+
+def machine() -> Dict[str, str]:
+    """What a run's floating-point results depend on beyond its command: torch's version, the CPU and the
+    kernels torch picks for it (AVX2 and AVX-512 kernels round differently, so one seeded command gives the
+    same losses on one kind of machine, and drifts apart after some updates between two kinds), the GPU."""
+    import platform
+
+    import torch
+
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() \
+        else platform.processor()
+    out = {"torch": torch.__version__, "cpu": cpu, "kernels": torch.backends.cpu.get_cpu_capability()}
+    if torch.cuda.is_available():
+        out["gpu"] = torch.cuda.get_device_name()
     return out
 
 

@@ -137,6 +137,8 @@ def test_tiny_study_runs_every_comparison_with_two_seeds_and_resumes(tmp_path):
     """The whole pipeline at tiny size: depth, deep-decoder search and comparison, GPKD (teacher,
     SKD from the averaged teacher, extracted and scratch students), two-stage skipping; then a
     re-run recomputes nothing. Before it, a run whose deadline has passed starts nothing."""
+    import torch
+
     import fidelity
     import fidelity_plan as plan
 
@@ -157,6 +159,8 @@ def test_tiny_study_runs_every_comparison_with_two_seeds_and_resumes(tmp_path):
         for seed in (1, 2):
             r = done[f"{system}-s{seed}"]
             assert not r["diverged"] and {"valid_nll", "bleu", "train_bleu"} <= set(r), r
+            # what a rebuild on another machine needs to explain a drift: the kernels torch picked here
+            assert r["machine"]["kernels"] == torch.backends.cpu.get_cpu_capability() and r["machine"]["cpu"]
     assert all("unk_gap" in done[f"dd-{k}-{p.dd_encoder}-{dec}-s1"] for k in plan.DD_KINDS)
     assert {f"dd-plain-{p.dd_encoder}-{d}-s1" for d in p.dd_depths} <= set(done)
     # GPKD: the student starts from one layer per group of the *averaged* GP teacher of seed 1
