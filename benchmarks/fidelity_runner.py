@@ -445,15 +445,16 @@ def _subset(corpus: Path, out: Path, train: int, held_out: int) -> Path:
 
 def machine() -> Dict[str, str]:
     """What a run's floating-point results depend on beyond its command: torch's version, the CPU and the
-    kernels torch picks for it (AVX2 and AVX-512 kernels round differently, so one seeded command gives the
-    same losses on one kind of machine, and drifts apart after some updates between two kinds), the GPU."""
+    kernels torch picks for it, the GPU.  One seeded command gives the same losses on one kind of machine;
+    kernels for another instruction set may round differently, and the runs then drift apart."""
     import platform
 
     import torch
 
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() \
-        else platform.processor()
+    info = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in (info.read_text().splitlines() if info.exists() else [])
+             if line.startswith("model name")]
+    cpu = names[0] if names else platform.processor()
     out = {"torch": torch.__version__, "cpu": cpu, "kernels": torch.backends.cpu.get_cpu_capability()}
     if torch.cuda.is_available():
         out["gpu"] = torch.cuda.get_device_name()
