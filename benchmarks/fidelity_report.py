@@ -187,6 +187,10 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
                       "did: the others had stopped, or lost the point, as the findings say): where each system "
                       "would be at any budget.", ""]
             lines += curve_table(systems, [n for n in conv_names if n in systems]) + [""]
+        weights = weights_table({n: systems[n] for n in conv_names if n in systems})
+        if weights:
+            lines += ["Learned layer weights of the averaged checkpoints (`layer_weights` of the records, "
+                      "`EncoderMemory.learned_weights`; `fidelity_report.weights_table`):", ""] + weights + [""]
         lines.append("")
 
     # 2. deep decoder
@@ -362,6 +366,39 @@ def curve_table(systems: Dict[str, List[dict]], names: List[str]) -> List[str]:
                   + (f" ({len(pts[n][u])})" if len(pts[n][u]) < seeds else "")) for u in ups]
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
     return lines
+
+
+def weight_rows(record: dict) -> Optional[Tuple[str, List[List[float]]]]:
+    """The rows of a record's learned layer weights that combine the whole stack: transparent
+    attention's s of Eq. 1 (one row per decoder layer, over the embeddings and the N layers), or
+    DLCL's output row of W (Wang et al. 2019a, Eq. 6: the encoder's output over y_0 .. y_N)."""
+    lw = record.get("layer_weights") or {}
+    if lw.get("transparent_s"):
+        return "transparent s (decoder rows)", lw["transparent_s"]
+    if lw.get("dlcl_w"):
+        return "DLCL W (output row)", lw["dlcl_w"][-1:]
+    return None
+
+
+def weights_table(systems: Dict[str, List[dict]]) -> List[str]:
+    """Where the learned layer weights put their mass, over every row and seed (min - max): the
+    embeddings and the first layer together, the top layer, each layer of the upper half; uniform
+    is 1/(N+1). Read from the records (``layer_weights``), so the analysis is checkable."""
+    lines = ["| system | seeds | weights | embeddings + layer 1 | top layer | each of the upper half | uniform |",
+             "|---|---|---|---|---|---|---|"]
+    for name in sorted(systems):
+        found = [w for w in map(weight_rows, systems[name]) if w]
+        if not found:
+            continue
+        rows = [row for _, rs in found for row in rs]
+        n = len(rows[0]) - 1
+        upper = [v for row in rows for v in row[n // 2 + 1:]]
+
+        def rng(vals):
+            return f"{min(vals):.2f}" if min(vals) == max(vals) else f"{min(vals):.2f} to {max(vals):.2f}"
+        lines.append(f"| {name} | {len(found)} | {found[0][0]} | {rng([r[0] + r[1] for r in rows])} | "
+                     f"{rng([r[-1] for r in rows])} | {rng(upper)} | {1 / (n + 1):.3f} |")
+    return lines if len(lines) > 2 else []
 
 
 def _plot_converged(systems, names, path: Path) -> None:

@@ -699,6 +699,26 @@ def test_curve_table_gives_the_mean_at_every_budget_and_the_seeds_that_reached_i
     assert report.sd(systems["conv-a-12"][:1]) == "-"
 
 
+def test_weights_table_reads_transparent_rows_and_dlcls_output_row_from_the_records():
+    """The mixing-weight analysis is generated from the records' ``layer_weights``: transparent
+    attention's every decoder row, DLCL's output row only; min - max over rows and seeds."""
+    import fidelity_report as report
+
+    s1 = [[0.4, 0.2, 0.1, 0.1, 0.2], [0.3, 0.3, 0.2, 0.1, 0.1]]  # 2 decoder rows over y_0 .. y_4
+    s2 = [[0.2, 0.2, 0.2, 0.2, 0.2]]
+    w = [[1.0], [0.5, 0.5], [0.3, 0.3, 0.4], [0.2, 0.2, 0.3, 0.3], [0.5, 0.1, 0.0, -0.1, 0.5]]
+    systems = {"conv-transparent-pre-4": [_run("conv-transparent-pre-4", 1, 9.0, layer_weights={"transparent_s": s1}),
+                                          _run("conv-transparent-pre-4", 2, 9.0, layer_weights={"transparent_s": s2})],
+               "conv-dlcl-4": [_run("conv-dlcl-4", 1, 9.0, layer_weights={"dlcl_w": w})],
+               "conv-prenorm-4": [_run("conv-prenorm-4", 1, 9.0)]}
+    lines = report.weights_table(systems)
+    assert len(lines) == 4 and not any("prenorm" in line for line in lines)
+    assert lines[2] == "| conv-dlcl-4 | 1 | DLCL W (output row) | 0.60 | 0.50 | -0.10 to 0.50 | 0.200 |"
+    assert lines[3] == ("| conv-transparent-pre-4 | 2 | transparent s (decoder rows) | 0.40 to 0.60 | "
+                        "0.10 to 0.20 | 0.10 to 0.20 | 0.200 |")
+    assert report.weights_table({"conv-prenorm-4": systems["conv-prenorm-4"]}) == []
+
+
 def test_curve_points_include_epoch_checkpoints_and_the_rest_are_pruned(tmp_path):
     """An epoch that ends on a curve point is saved by fairseq only as an epoch checkpoint
     (checkpoint{E}.pt): it is a curve point too (the CPU corpus's 200-update epochs end on every
