@@ -91,7 +91,8 @@ patches nothing itself: ``fairseq_fixes.install()``/``uninstall()`` apply and re
    ``--reset-optimizer``/``--reset-meters``) and clears it for any other start (a first launch
    from ``--continue-once`` or ``--finetune-from-model`` is a new run: a stage 2 continuing stage
    1's averaged checkpoint counts its own patience) (tested: a run stopped
-   and resumed stops at the update of the uninterrupted run).
+   and resumed stops at the update of the uninterrupted run, as ``fairseq-train`` and as
+   ``python -m fairseq_cli.train``, where the module holding the state is ``__main__``).
 
 The plugin keeps skipped sub-layers in the autograd graph (``graph_tie`` and
 ``BranchScaleMixin`` in ``models/deep_transformer.py``), so c10d DDP works without
@@ -578,9 +579,14 @@ EARLY_STOP_KEY = "deepnmt_should_stop_early"  # in a checkpoint's extra_state: {
 
 
 def _should_stop_early():
-    """fairseq_cli.train.should_stop_early, the holder of --patience's state (None outside fairseq-train)."""
+    """fairseq_cli.train.should_stop_early, the holder of --patience's state (None outside fairseq-train).
+    Under ``python -m fairseq_cli.train`` the running module is ``__main__`` (an import of
+    ``fairseq_cli.train`` would be a second copy that never validates): that one is preferred."""
     import sys
 
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "__spec__", None), "name", None) == "fairseq_cli.train":
+        return getattr(main, "should_stop_early", None)
     return getattr(sys.modules.get("fairseq_cli.train"), "should_stop_early", None)
 
 

@@ -388,11 +388,10 @@ def test_a_resumed_run_is_the_uninterrupted_run(fixes, data_bin, tmp_path):
 
 
 PATIENCE_SCRIPT = textwrap.dedent("""
-    import json, sys
+    import json, runpy, sys
     import torch
-    from fairseq_cli.train import cli_main
 
-    data, user_dir, save, max_update = sys.argv[1:5]
+    data, user_dir, save, max_update, how = sys.argv[1:6]
     # --maximize-best-checkpoint-metric on the valid *loss*: while training lowers the loss no
     # validation is "better" than the first, so --patience 4 stops at the 5th validation
     # (update 10 with one every 2 updates), deterministically
@@ -406,7 +405,11 @@ PATIENCE_SCRIPT = textwrap.dedent("""
                 "--validate-interval", "1000",  # not at the epochs' ends (their updates depend on the data)
                 "--patience", "4", "--best-checkpoint-metric", "loss", "--maximize-best-checkpoint-metric",
                 "--cpu", "--num-workers", "0", "--no-progress-bar", "--log-format", "json", "--log-interval", "1"]
-    cli_main()
+    if how == "python -m":  # the module runs as __main__, as `python -m fairseq_cli.train` runs it
+        runpy.run_module("fairseq_cli.train", run_name="__main__", alter_sys=True)
+    else:  # as the fairseq-train console script does
+        from fairseq_cli.train import cli_main
+        cli_main()
     last = torch.load(save + "/checkpoint_last.pt", weights_only=False)
     print("RESULT " + json.dumps({"updates": last["optimizer_history"][-1]["num_updates"],
                                   "state": last["extra_state"].get("deepnmt_should_stop_early")}))
@@ -414,10 +417,12 @@ PATIENCE_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_a_resumed_run_stops_early_where_the_uninterrupted_run_stops(data_bin, tmp_path):
+@pytest.mark.parametrize("how", ["fairseq-train", "python -m"])
+def test_a_resumed_run_stops_early_where_the_uninterrupted_run_stops(data_bin, tmp_path, how):
     """--patience across a resume: a run stopped at update 6 (3 validations, 2 without
     improvement) and resumed goes on counting from there and stops at update 10, as the same
-    run uninterrupted does; fairseq alone would count afresh after the resume (update 16)."""
+    run uninterrupted does; fairseq alone would count afresh after the resume (update 16). Both
+    as fairseq-train runs it and as ``python -m fairseq_cli.train`` does (the module is __main__)."""
     from fairseq_helpers import USER_DIR
 
     script = tmp_path / "patience.py"
@@ -426,7 +431,7 @@ def test_a_resumed_run_stops_early_where_the_uninterrupted_run_stops(data_bin, t
 
     def train(save, max_update):
         res = subprocess.run([sys.executable, str(script), str(data_bin), USER_DIR, str(tmp_path / save),
-                              str(max_update)], capture_output=True, text=True, env=env, timeout=300)
+                              str(max_update), how], capture_output=True, text=True, env=env, timeout=300)
         assert res.returncode == 0, res.stderr[-3000:]
         return json.loads(res.stdout.split("RESULT ")[-1])
 
@@ -435,6 +440,24 @@ def test_a_resumed_run_stops_early_where_the_uninterrupted_run_stops(data_bin, t
     part = train("part", 6)
     assert part["updates"] == 6 and part["state"] == {"best": whole["state"]["best"], "num_runs": 2}
     assert train("part", 40)["updates"] == 10  # resumed: stops where the uninterrupted run stopped
+
+
+def test_early_stopping_state_lives_in_the_running_train_module_also_under_python_m(monkeypatch):
+    """``python -m fairseq_cli.train`` runs the module as ``__main__``: its should_stop_early holds
+    the state, not the one of an imported ``fairseq_cli.train`` (which would never validate)."""
+    import importlib.machinery
+    import sys
+    import types
+
+    import fairseq_cli.train as train
+    from deepnmt_fairseq import behaviour_fixes as bf
+
+    assert bf._should_stop_early() is train.should_stop_early  # fairseq-train: the console script imports it
+    main = types.ModuleType("__main__")
+    main.__spec__ = importlib.machinery.ModuleSpec("fairseq_cli.train", None)
+    main.should_stop_early = lambda cfg, valid_loss: False
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    assert bf._should_stop_early() is main.should_stop_early
 
 
 @pytest.mark.parametrize("start, restored", [("resume", True), ("continue_once", False), ("finetune", False),
