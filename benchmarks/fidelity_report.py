@@ -384,7 +384,7 @@ def weights_table(systems: Dict[str, List[dict]]) -> List[str]:
     """Where the learned layer weights put their mass, over every row and seed (min - max): the
     embeddings and the first layer together, the top layer, each layer of the upper half; uniform
     is 1/(N+1). Read from the records (``layer_weights``), so the analysis is checkable."""
-    lines = ["| system | seeds | weights | embeddings + layer 1 | top layer | each of the upper half | uniform |",
+    lines = ["| system | seeds | weights | embeddings + layer 1 | top layer | each of the upper half | uniform (one layer) |",
              "|---|---|---|---|---|---|---|"]
     for name in sorted(systems):
         found = [w for w in map(weight_rows, systems[name]) if w]
