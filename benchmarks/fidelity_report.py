@@ -138,8 +138,9 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
                      "shortens the converged runs. Order (`fidelity_plan.run_order`, the cheapest decisive runs "
                      f"first), one `python benchmarks/fidelity.py --preset {p.name} --order short-first --runs "
                      "PATTERN` after another, each with the runs not yet finished and their core-hours at the cap: "
-                     + "; ".join(f"{i}. {what} (`{pat}`: {n} runs, ≤ {h:.1f} core-hours)" for i, (what, pat, n, h)
-                                 in enumerate(order_budget(p, missing, results), 1) if n)
+                     + "; ".join(f"{i}. {what} (`{pat}`: {n} runs, ≤ {h:.1f} core-hours)" if n else
+                                 f"{i}. {what} (`{pat}`): done" for i, (what, pat, n, h)
+                                 in enumerate(order_budget(p, missing, results), 1))
                      + ". A stopped run resumes from the checkpoints in its work directory only: where `work/` "
                      "does not outlive a session (a fresh checkout each time), start only what finishes before "
                      "the session ends." if missing and hours else ""), ""]
