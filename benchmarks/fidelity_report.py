@@ -381,6 +381,10 @@ def weight_rows(record: dict) -> Optional[Tuple[str, List[List[float]]]]:
     return None
 
 
+def _range(vals: List[float]) -> str:
+    return f"{min(vals):.2f}" if min(vals) == max(vals) else f"{min(vals):.2f} to {max(vals):.2f}"
+
+
 def weights_table(systems: Dict[str, List[dict]]) -> List[str]:
     """Where the learned layer weights put their mass, over every row and seed (min - max): the
     embeddings and the first layer together, the top layer, each layer of the upper half; uniform
@@ -394,11 +398,8 @@ def weights_table(systems: Dict[str, List[dict]]) -> List[str]:
         rows = [row for _, rs in found for row in rs]
         n = len(rows[0]) - 1
         upper = [v for row in rows for v in row[n // 2 + 1:]]
-
-        def rng(vals):
-            return f"{min(vals):.2f}" if min(vals) == max(vals) else f"{min(vals):.2f} to {max(vals):.2f}"
-        lines.append(f"| {name} | {len(found)} | {found[0][0]} | {rng([r[0] + r[1] for r in rows])} | "
-                     f"{rng([r[-1] for r in rows])} | {rng(upper)} | {1 / (n + 1):.3f} |")
+        lines.append(f"| {name} | {len(found)} | {found[0][0]} | {_range([r[0] + r[1] for r in rows])} | "
+                     f"{_range([r[-1] for r in rows])} | {_range(upper)} | {1 / (n + 1):.3f} |")
     return lines if len(lines) > 2 else []
 
 
