@@ -8,11 +8,13 @@
 #   bash benchmarks/fidelity_lease.sh pack                 # here: corpus, data, wheels -> .gpucarry, .whl
 #   # on the machine (carry .whl .gpucarry work/evidence-corpus):
 #   bash benchmarks/fidelity_lease.sh setup                # install fairseq + this package, place the data
-#   bash benchmarks/fidelity_lease.sh launch JOBS MINUTES  # the study in the background, stopped at MINUTES
+#   bash benchmarks/fidelity_lease.sh launch JOBS MINUTES [PATTERN...]  # the study (or the runs matching
+#                                                          # --runs PATTERN) in the background, stopped at MINUTES
 #   bash benchmarks/fidelity_lease.sh status               # updates per run
 #   bash benchmarks/fidelity_lease.sh pause RUN...         # SIGSTOP runs that cannot finish in the lease
 #   bash benchmarks/fidelity_lease.sh collect              # records + logs (no checkpoints) -> $OUT/gpu.tgz
-#   # back here: tar xzf gpu.tgz; copy gpu-records/*.json to benchmarks/results/fidelity/gpu/
+#   # back here: tar xzf gpu.tgz; copy gpu-records/*.json to benchmarks/results/fidelity/gpu/, and
+#   # gpu-records/partial/*.json (the valid curves of the runs the deadline stopped) to its partial/
 #
 # The records are written to work/gpu-records (ignored), not into the repository's records
 # directory, because each call re-sends the working tree.  A run that has not finished when the
@@ -49,9 +51,9 @@ case "${1:-}" in
     mkdir -p "$WORK" && cp -a .gpucarry/data-bin .gpucarry/tok "$WORK"/
     "$PY" -W ignore -c "import torch, fairseq, deepnmt_fairseq; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'fairseq', fairseq.__version__)" ;;
   launch)
-    jobs=${2:?JOBS}; minutes=${3:?MINUTES}
+    jobs=${2:?JOBS}; minutes=${3:?MINUTES}; shift 3
     (PYTHONUNBUFFERED=1 setsid nohup "$PY" -W ignore benchmarks/fidelity.py --preset gpu --jobs "$jobs" \
-       --order short-first --deadline-minutes "$minutes" --records work/gpu-records \
+       --order short-first --deadline-minutes "$minutes" --records work/gpu-records ${1:+--runs "$@"} \
        --report "$WORK/report.md" > "$LOG" 2>&1 < /dev/null &)
     echo "started: tail $LOG" ;;
   status)

@@ -119,6 +119,7 @@ FAMILIES = {  # depth-study systems: flags on top of --encoder-layers N --decode
 POST_NORM_FAMILIES = ("transparent-post", "deepnorm", "admin")
 # the committed results of the finished runs, per preset (``--records``)
 RECORDS = Path("benchmarks") / "results" / "fidelity"
+PARTIAL = "partial"  # <records>/partial/<run>.json: runs a deadline stopped (partial_path)
 # the committed report of each preset (``--report``); a preset not named here (``tiny``, the CI
 # test of the pipeline) writes its report and records into its work directory, so that trying it
 # never overwrites what the repository commits
@@ -405,6 +406,20 @@ def stamp_settings(d: Path, p: Preset, flag: str) -> None:
 
 def record_path(records: Optional[Path], name: str) -> Optional[Path]:
     return None if records is None else records / f"{name}.json"
+
+
+def partial_path(records: Optional[Path], name: str) -> Optional[Path]:
+    """Where a run stopped before it finished keeps its log's validation curve (``--deadline-minutes``:
+    a machine lent for minutes loses the checkpoints); the finished run's record replaces it."""
+    return None if records is None else records / PARTIAL / f"{name}.json"
+
+
+def partials(records: Optional[Path], results: Dict[str, dict]) -> Dict[str, dict]:
+    """The partial records of the runs that have not finished, by name."""
+    if records is None or not (records / PARTIAL).is_dir():
+        return {}
+    return {f.stem: json.loads(f.read_text()) for f in sorted((records / PARTIAL).glob("*.json"))
+            if f.stem not in results}
 
 
 def finished(work: Path, records: Optional[Path] = None) -> Dict[str, dict]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from fidelity_plan import (CONVERGED_SEEDS, DD_KINDS, FAMILIES, REPO, by_system, converged_families, dd_choice, headline_pairs,
-                           run_order, run_updates, stat, valid_interval)
+                           partials, run_order, run_updates, stat, valid_interval)
 from fidelity_stats import ALPHA, BOOTSTRAP_SAMPLES, decode_stats, paired_bootstrap
 
 FINDINGS = Path(__file__).with_name("fidelity_findings.md")
@@ -194,6 +194,18 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
                       "`EncoderMemory.learned_weights`; `fidelity_report.weights_table`):", ""] + weights + [""]
         lines.append("")
 
+    # 1c. runs a deadline stopped: their logs' valid curves, no call
+    unfinished = partials(records, results)
+    if unfinished:
+        lines += ["## 1c. Unfinished runs: valid NLL by updates, from their training logs", "",
+                  "Runs stopped by `--deadline-minutes` before their rule stopped them (a machine lent for "
+                  "minutes loses their checkpoints with it), kept as `<records>/partial/<run>.json` "
+                  "(`fidelity_runner.partial_record`): fairseq's valid NLL (bits/token, no label smoothing, "
+                  "the training model at that update, not an average of checkpoints) at each validation, the "
+                  "train loss (mean of the last 5 logged intervals) and the speed at the stop. No checkpoint "
+                  "is averaged and no test sentence is translated: no call is made on them, and the run's "
+                  "record replaces its partial one when it finishes.", ""] + partial_table(unfinished, valid_interval(p)) + [""]
+
     # 2. deep decoder
     search = [f"dd-plain-{p.dd_encoder}-{d}" for d in p.dd_depths]
     if any(n in systems for n in search):
@@ -259,6 +271,9 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
         r = results[name]
         lines.append(f"- `{name}`: `{r.get('command', '')}`" + (f"; metrics: `{r['eval_command']}`"
                                                                 if r.get("eval_command") else ""))
+    for name, r in unfinished.items():
+        lines.append(f"- `{name}` (unfinished, section 1c; stopped after {r.get('train_seconds', 0):.0f} s of "
+                     f"training): `{r.get('command', '')}`")
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -340,6 +355,28 @@ def order_budget(p, missing: List[str], results: Dict[str, dict]) -> List[Tuple[
         mine = [n for n in left if fnmatch.fnmatchcase(n, pat)]
         left = [n for n in left if n not in mine]
         out.append((what, pat, len(mine), remaining_hours(p, mine, results)))
+    return out
+
+
+def partial_table(runs: Dict[str, dict], step: int, columns: int = 6) -> List[str]:
+    """Unfinished runs by name: where each stopped, its train loss and speed, and its valid NLL at
+    at most ``columns`` evenly spaced multiples of the validation interval ``step`` (``valid_interval``;
+    fairseq also validates at each epoch's end, at updates no two runs share; "-": the run did not
+    validate there)."""
+    logs = {n: dict((int(u), v) for u, v in r.get("valid_log", [])) for n, r in runs.items()}
+    top = max((u for log in logs.values() for u in log), default=0)
+    every = step * max(1, math.ceil(top / (columns * step)))
+    cols = list(range(every, top + 1, every))
+    out = ["| run | machine | stopped at | train loss | updates/s | "
+           + " | ".join(f"valid NLL @{u}" for u in cols) + " | last valid NLL (at) |",
+           "|---" * (6 + len(cols)) + "|"]
+    for n, r in runs.items():
+        m = r.get("machine") or {}
+        ups = r.get("updates_per_second")
+        out.append(f"| {n} | {m.get('gpu') or m.get('cpu', '-')} | {r['updates']} | {r['final_train_loss']:.3f} | "
+                   f"{'-' if ups is None else f'{ups:.2f}'} | "
+                   + " | ".join("-" if u not in logs[n] else f"{logs[n][u]:.2f}" for u in cols)
+                   + (f" | {logs[n][max(logs[n])]:.2f} ({max(logs[n])}) |" if logs[n] else " | - |"))
     return out
 
 

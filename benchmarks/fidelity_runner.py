@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from deepnmt_fairseq.distill import plan as gpkd_plan
-from fidelity_launcher import Launcher
+from fidelity_launcher import Deadline, Launcher
 from fidelity_plan import (REPO, REPRODUCED, Preset, Run, close_systems, choose_dd_depth, converged_runs,
-                           dd_compare_runs, dd_search_runs, finished, matched_updates, headline_pairs, independent_runs, model_flags, record_path,
+                           dd_compare_runs, dd_search_runs, finished, matched_updates, headline_pairs, independent_runs, model_flags, partial_path, record_path,
                            seeded, ssl_stage1, teacher_run)
 
 # --user-dir of every command: the installed package (found without importing fairseq here)
@@ -83,6 +83,9 @@ class Study:
         """Write the result to the run's ``done.json`` and to its record (never over another record)."""
         text = json.dumps(out, indent=1) + "\n"
         (self.dir(name) / "done.json").write_text(text)
+        part = partial_path(self.records, name)
+        if part is not None and part.exists():  # what a stopped segment kept: superseded
+            part.unlink()
         rec = record_path(self.records, name)
         if rec is not None:
             if rec.exists():  # a rebuild: the record stays
@@ -186,8 +189,11 @@ class Study:
             log(f"train {r.name}")
             try:
                 code = self.launch.run(cmd, save / "train.log")
-            finally:  # train_seconds is the wall time of every segment of a stopped and resumed run
-                seconds = _add_seconds(save / ".elapsed", time.time() - t0)
+            except Deadline:  # the run stays unfinished: keep what its log says (valid only)
+                self._keep_partial(r, cmd, save, _add_seconds(save / ".elapsed", time.time() - t0))
+                raise
+            # train_seconds is the wall time of every segment of a stopped and resumed run
+            seconds = _add_seconds(save / ".elapsed", time.time() - t0)
             if code != 0:
                 out = {"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd),
                        "returncode": code, "diverged": True, "losses": self.losses(save)}
@@ -247,6 +253,21 @@ class Study:
             if update % every:
                 ckpt.unlink()
         return out
+
+    def _keep_partial(self, r: Run, cmd: Sequence, save: Path, seconds: float) -> None:
+        """Record a run stopped by ``--deadline-minutes`` before it finished (:func:`partial_record`)
+        as ``<records>/partial/<run>.json``, so that a machine lent for a few minutes, whose checkpoints
+        are lost with it, brings back at least the run's validation curve; the finished run's record
+        replaces it (:meth:`_save`)."""
+        out = partial_record(save / "train.log")
+        path = partial_path(self.records, r.name)
+        if out is None or path is None:
+            return
+        out.update({"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd),
+                    "train_seconds": round(seconds, 1), "machine": machine()})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out, indent=1) + "\n")
+        log(f"  {r.name}: stopped unfinished at {out['updates']} updates; kept {path}")
 
     @staticmethod
     def losses(save: Path) -> List[Tuple[int, float]]:
@@ -441,6 +462,30 @@ def _subset(corpus: Path, out: Path, train: int, held_out: int) -> Path:
                     f.writelines(lines)
         (out / ".done").write_text("")
     return out
+
+
+def partial_record(log_file: Path) -> Optional[dict]:
+    """What the ``train.log`` of an unfinished run says: its last update, train loss (mean of the last
+    5 logged intervals, as a finished record's), updates per second, and every validation's valid NLL
+    (fairseq's ``valid_nll_loss``: bits/token of the valid references under the training model, no
+    label smoothing, dropout off).  No checkpoint is read and no test sentence is translated: a
+    partial record makes no call (:func:`fidelity_report.partial_table`).  None: nothing logged yet."""
+    from deepnmt_fairseq.analysis.logs import read_json_log, series
+
+    if not log_file.exists():
+        return None
+    recs = read_json_log(str(log_file))
+    losses = series(recs, "loss")
+    if not losses:
+        return None
+    ups = series(recs, "ups")
+    # a resumed run validates an update again: the last value is kept, as series() does
+    valid = {int(r["valid_num_updates"]): round(r["valid_nll_loss"], 3) for r in recs
+             if r.get("tag") == "valid" and "valid_num_updates" in r and "valid_nll_loss" in r}
+    return {"unfinished": True, "updates": losses[-1][0],
+            "final_train_loss": round(statistics.fmean(v for _, v in losses[-5:]), 3),
+            "updates_per_second": ups[-1][1] if ups else None,
+            "valid_log": [[u, v] for u, v in sorted(valid.items())]}
 
 
 def machine() -> Dict[str, str]:

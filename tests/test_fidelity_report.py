@@ -767,3 +767,57 @@ def test_order_budget_counts_each_missing_run_once_in_its_first_step():
     # a 12-layer run at the cap costs twice a 6-layer one per update (1000 s against 500 s per 1600)
     h12 = report.remaining_hours(p, ["conv-dlcl-12-s1"], results)
     assert h12 > report.remaining_hours(p, ["prenorm-6-matched-s1"], results)
+
+
+def test_a_run_stopped_by_the_deadline_keeps_its_valid_curve_until_its_record_replaces_it(tmp_path):
+    """A machine lent for minutes loses a stopped run's checkpoints: the stop keeps what the run's
+    log says (``<records>/partial/<run>.json``: the valid NLL of every validation, the train loss and
+    speed), the report shows it in section 1c without a call, and the finished run's record replaces it."""
+    import fidelity_launcher as launcher_mod
+    import fidelity_plan as plan
+    import fidelity_report
+    import fidelity_runner as runner
+
+    p = plan.PRESETS["tiny"]
+    records = tmp_path / "records"
+    study = runner.Study(p, tmp_path, tmp_path / "no-data", tmp_path / "tok", fork=False, records=records)
+    study.evaluate = lambda *a, **k: {}
+    run = plan.baseline(p, [1])[0]
+
+    def line(tag, stats):
+        return f"2026-11-26 23:42:34 | INFO | {tag} | {json.dumps(stats)}\n"
+
+    log = "".join([line("train_inner", {"epoch": 1, "loss": "9.0", "ups": "4.5", "num_updates": "2"}),
+                   line("valid", {"epoch": 1, "valid_loss": "8.1", "valid_nll_loss": "7.654",
+                                  "valid_num_updates": "2"}),
+                   line("train_inner", {"epoch": 1, "loss": "7.0", "ups": "5.25", "num_updates": "4"}),
+                   line("valid", {"epoch": 1, "valid_loss": "6.2", "valid_nll_loss": "5.4321",
+                                  "valid_num_updates": "4"})])
+    segments = iter([launcher_mod.Deadline(), 0])
+
+    def segment(cmd, out, err=None):
+        Path(out).write_text(log)
+        step = next(segments)
+        if isinstance(step, Exception):
+            raise step
+        return step
+
+    study.launch.run = segment
+    with pytest.raises(launcher_mod.Deadline):
+        study.train(run)
+    part = json.loads((records / "partial" / f"{run.name}.json").read_text())
+    assert part["unfinished"] and part["updates"] == 4 and part["updates_per_second"] == 5.25
+    assert part["valid_log"] == [[2, 7.654], [4, 5.432]] and part["final_train_loss"] == 8.0
+    assert part["command"].startswith("fairseq-train ") and part["system"] == run.system
+
+    report = tmp_path / "report.md"
+    fidelity_report.write_report({}, p, report, tmp_path, records=records)
+    text = report.read_text()
+    assert "## 1c. Unfinished runs" in text and f"- `{run.name}` (unfinished, section 1c;" in text
+    row = next(r for r in text.splitlines() if r.startswith(f"| {run.name} |"))
+    assert row.endswith("| 4 | 8.000 | 5.25 | - | 7.65 | - | 5.43 | 5.43 (4) |")  # every validation step: 1
+
+    out = study.train(run)  # resumed to the end: the record replaces the partial one
+    assert out["returncode"] == 0 and not (records / "partial" / f"{run.name}.json").exists()
+    fidelity_report.write_report(plan.finished(tmp_path, records), p, report, tmp_path, records=records)
+    assert "## 1c. Unfinished runs" not in report.read_text()
