@@ -574,6 +574,22 @@ def test_only_the_committed_presets_write_into_the_repository_by_default(tmp_pat
     assert plan.outputs("cpu", str(tmp_path), "r", "x.md")[1:] == (Path("r").resolve(), Path("x.md").resolve())
 
 
+def _stopped_then_finished(work):
+    """A stand-in for ``Launcher.run``: each call does ``work(log_file)``; the first is then stopped by
+    the deadline (:class:`fidelity_launcher.Deadline`), the second ends with exit code 0."""
+    import fidelity_launcher as launcher_mod
+
+    segments = iter([launcher_mod.Deadline(), 0])
+
+    def segment(cmd, out, err=None):
+        work(out)
+        step = next(segments)
+        if isinstance(step, Exception):
+            raise step
+        return step
+    return segment
+
+
 def test_train_seconds_of_a_stopped_and_resumed_run_counts_every_segment(tmp_path):
     """A run stopped at a deadline and resumed by the next command reports the wall time of both
     segments, not only of the last."""
@@ -587,16 +603,7 @@ def test_train_seconds_of_a_stopped_and_resumed_run_counts_every_segment(tmp_pat
     study = runner.Study(p, tmp_path, tmp_path / "no-data", tmp_path / "tok", fork=False)
     study.evaluate = lambda *a, **k: {}
     run = plan.baseline(p, [1])[0]
-    segments = iter([launcher_mod.Deadline(), 0])
-
-    def segment(cmd, out, err=None):
-        time.sleep(0.3)
-        step = next(segments)
-        if isinstance(step, Exception):
-            raise step
-        return step
-
-    study.launch.run = segment
+    study.launch.run = _stopped_then_finished(lambda out: time.sleep(0.3))
     with pytest.raises(launcher_mod.Deadline):
         study.train(run)
     assert not (study.dir(run.name) / ".trained").exists()
@@ -793,16 +800,7 @@ def test_a_run_stopped_by_the_deadline_keeps_its_valid_curve_until_its_record_re
                    line("train_inner", {"epoch": 1, "loss": "7.0", "ups": "5.25", "num_updates": "4"}),
                    line("valid", {"epoch": 1, "valid_loss": "6.2", "valid_nll_loss": "5.4321",
                                   "valid_num_updates": "4"})])
-    segments = iter([launcher_mod.Deadline(), 0])
-
-    def segment(cmd, out, err=None):
-        Path(out).write_text(log)
-        step = next(segments)
-        if isinstance(step, Exception):
-            raise step
-        return step
-
-    study.launch.run = segment
+    study.launch.run = _stopped_then_finished(lambda out: Path(out).write_text(log))
     with pytest.raises(launcher_mod.Deadline):
         study.train(run)
     part = json.loads((records / "partial" / f"{run.name}.json").read_text())
