@@ -206,8 +206,7 @@ class Study:
         losses = self.losses(save)
         out = {"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd), "returncode": 0,
                "train_seconds": float((save / ".trained").read_text()), "losses": losses,
-               # mean of the last five logged intervals
-               "final_train_loss": round(statistics.fmean(v for _, v in losses[-5:]), 3) if losses else math.nan,
+               "final_train_loss": final_loss(losses),
                "diverged": not losses or not math.isfinite(losses[-1][1]), "machine": machine()}
         if not out["diverged"]:
             avg = save / "checkpoint_avg.pt"  # the last 3 checkpoints averaged (by fidelity_eval.py)
@@ -479,13 +478,15 @@ def partial_record(log_file: Path) -> Optional[dict]:
     if not losses:
         return None
     ups = series(recs, "ups")
-    # a resumed run validates an update again: the last value is kept, as series() does
-    valid = {int(r["valid_num_updates"]): round(r["valid_nll_loss"], 3) for r in recs
-             if r.get("tag") == "valid" and "valid_num_updates" in r and "valid_nll_loss" in r}
-    return {"unfinished": True, "updates": losses[-1][0],
-            "final_train_loss": round(statistics.fmean(v for _, v in losses[-5:]), 3),
+    valid = series(recs, "valid_nll_loss", tag="valid", updates="valid_num_updates")
+    return {"unfinished": True, "updates": losses[-1][0], "final_train_loss": final_loss(losses),
             "updates_per_second": ups[-1][1] if ups else None,
-            "valid_log": [[u, v] for u, v in sorted(valid.items())]}
+            "valid_log": [[u, round(v, 3)] for u, v in valid]}
+
+
+def final_loss(losses: List[Tuple[int, float]]) -> float:
+    """A run's train loss: the mean of its last five logged intervals (NaN: none logged)."""
+    return round(statistics.fmean(v for _, v in losses[-5:]), 3) if losses else math.nan
 
 
 def machine() -> Dict[str, str]:

@@ -289,6 +289,7 @@ def test_a_series_of_the_logged_intervals_keeps_the_last_value_of_an_update_logg
     assert series(parse_json_lines(lines), "loss") == [(10, 9.5), (20, 8.5), (30, 7.75)]
     assert series(parse_json_lines(lines), "gnorm") == [(25, 1.5)]
     assert series(parse_json_lines(lines), "valid_loss", tag="valid") == []  # no num_updates key there
+    assert series(parse_json_lines(lines), "valid_loss", tag="valid", updates="valid_num_updates") == [(20, 7.0)]
 
 
 def test_hypotheses_from_generate_output_and_results_files(tmp_path):

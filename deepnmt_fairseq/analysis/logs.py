@@ -89,11 +89,13 @@ def read_json_log(path: str) -> List[Record]:
         return parse_json_lines(f)
 
 
-def series(records: Iterable[Record], key: str, tag: str = "train_inner") -> List[Tuple[int, float]]:
-    """(update, value of ``key``) of the ``tag`` records that have both, by update; an update
-    logged twice (a resumed run) keeps its last value."""
-    points = {int(r["num_updates"]): float(r[key]) for r in records
-              if r.get("tag") == tag and "num_updates" in r and key in r}
+def series(records: Iterable[Record], key: str, tag: str = "train_inner",
+           updates: str = "num_updates") -> List[Tuple[int, float]]:
+    """(update, value of ``key``) of the ``tag`` records that have both ``key`` and the update count
+    ``updates`` (fairseq prefixes it in the ``valid`` lines: ``valid_num_updates``), by update; an
+    update logged twice (a resumed run) keeps its last value."""
+    points = {int(r[updates]): float(r[key]) for r in records
+              if r.get("tag") == tag and updates in r and key in r}
     return sorted(points.items())
 
 
