@@ -124,12 +124,15 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
              f"resamples of the seed-mean sacreBLEU, `benchmarks/fidelity_stats.py`) gives p < {ALPHA:g}; "
              "runs recorded before their sentence statistics were kept are called on the spreads alone, "
              "and their calls say so.", ""]
+    unfinished = partials(records, results)  # runs a deadline stopped: section 1c
     if planned is not None:
         missing = [n for n in planned if n not in results]
         failed = sorted(n for n, r in results.items() if r.get("diverged"))
         hours = remaining_hours(p, missing, results)
         lines += [f"**Status: {len(planned) - len(missing)} of {len(planned)} planned runs finished"
                   + (f" ({len(failed)} failed or diverged: {', '.join(failed)})" if failed else "") + ".**"
+                  + (f" Of the others, {len(unfinished)} were stopped part-way by a deadline (their valid curves: section 1c)."
+                     if unfinished else "")
                   + (f" Not yet run: {', '.join(missing)}. The same command resumes the study; every "
                      "comparison below is read only from what has finished." if missing else "")
                   + (f" Budget of what is left: at most {hours:.0f} core-hours (about {hours / 2:.0f} hours on "
@@ -195,7 +198,6 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
         lines.append("")
 
     # 1c. runs a deadline stopped: their logs' valid curves, no call
-    unfinished = partials(records, results)
     if unfinished:
         lines += ["## 1c. Unfinished runs: valid NLL by updates, from their training logs", "",
                   "Runs stopped by `--deadline-minutes` before their rule stopped them (a machine lent for "
