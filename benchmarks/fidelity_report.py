@@ -131,7 +131,8 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
         hours = remaining_hours(p, missing, results)
         lines += [f"**Status: {len(planned) - len(missing)} of {len(planned)} planned runs finished"
                   + (f" ({len(failed)} failed or diverged: {', '.join(failed)})" if failed else "") + ".**"
-                  + (f" Of the others, {len(unfinished)} were stopped part-way by a deadline (their valid curves: section 1c)."
+                  + (f" Of the others, {len(unfinished)} {'was' if len(unfinished) == 1 else 'were'} stopped part-way by a "
+                     "deadline (their valid curves: section 1c)."
                      if unfinished else "")
                   + (f" Not yet run: {', '.join(missing)}. The same command resumes the study; every "
                      "comparison below is read only from what has finished." if missing else "")

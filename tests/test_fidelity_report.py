@@ -811,7 +811,7 @@ def test_a_run_stopped_by_the_deadline_keeps_its_valid_curve_until_its_record_re
     report = tmp_path / "report.md"
     fidelity_report.write_report({}, p, report, tmp_path, planned=[run.name], records=records)
     text = report.read_text()
-    assert "Of the others, 1 were stopped part-way by a deadline (their valid curves: section 1c)." in text
+    assert "Of the others, 1 was stopped part-way by a deadline (their valid curves: section 1c)." in text
     assert "## 1c. Unfinished runs" in text and f"- `{run.name}` (unfinished, section 1c;" in text
     row = next(r for r in text.splitlines() if r.startswith(f"| {run.name} |"))
     assert row.endswith("| 4 | 8.000 | 5.25 | - | 7.65 | - | 5.43 | 5.43 (4) |")  # every validation step: 1
