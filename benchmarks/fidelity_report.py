@@ -128,12 +128,15 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
     if planned is not None:
         missing = [n for n in planned if n not in results]
         failed = sorted(n for n, r in results.items() if r.get("diverged"))
+        extra = sorted(set(results) - set(planned))  # records of runs the plan no longer holds
         hours = remaining_hours(p, missing, results)
         lines += [f"**Status: {len(planned) - len(missing)} of {len(planned)} planned runs finished"
                   + (f" ({len(failed)} failed or diverged: {', '.join(failed)})" if failed else "") + ".**"
                   + (f" Of the others, {len(unfinished)} {'was' if len(unfinished) == 1 else 'were'} stopped part-way by a "
                      "deadline (their valid curves: section 1c)."
                      if unfinished else "")
+                  + (f" The other {len(extra)} of the {len(results)} finished records ({', '.join(extra)}) are of "
+                     "runs the plan no longer holds, kept where the findings read them." if extra else "")
                   + (f" Not yet run: {', '.join(missing)}. The same command resumes the study; every "
                      "comparison below is read only from what has finished." if missing else "")
                   + (f" Budget of what is left: at most {hours:.0f} core-hours (about {hours / 2:.0f} hours on "

@@ -820,3 +820,21 @@ def test_a_run_stopped_by_the_deadline_keeps_its_valid_curve_until_its_record_re
     assert out["returncode"] == 0 and not (records / "partial" / f"{run.name}.json").exists()
     fidelity_report.write_report(plan.finished(tmp_path, records), p, report, tmp_path, records=records)
     assert "## 1c. Unfinished runs" not in report.read_text()
+
+
+def test_the_status_line_names_finished_records_the_plan_no_longer_holds(tmp_path):
+    """The header counts every record, the status line the planned ones: a record outside the plan
+    (e.g. of a deep-decoder depth the valid-set choice no longer picks) is named, so the two counts agree."""
+    import fidelity_plan as plan
+    import fidelity_report
+
+    p = plan.PRESETS["tiny"]
+    run = plan.baseline(p, [1])[0]
+    report = tmp_path / "report.md"
+    fidelity_report.write_report({"old-run-s1": {"name": "old-run-s1", "system": "old-run", "seed": 1}}, p, report, tmp_path,
+                                 planned=[run.name], records=tmp_path / "records")
+    text = report.read_text()
+    assert "from 1 finished runs" in text and "**Status: 0 of 1 planned runs finished.**" in text
+    assert "The other 1 of the 1 finished records (old-run-s1) are of runs the plan no longer holds" in text
+    fidelity_report.write_report({}, p, report, tmp_path, planned=[run.name], records=tmp_path / "records")
+    assert "the plan no longer holds" not in report.read_text()
