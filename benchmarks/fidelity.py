@@ -16,7 +16,8 @@ empty, reuses it too and regenerates the same report.  A run that still needs th
 recorded run (the GPKD teacher for the SKD data, stage 1 of the skipping study) retrains that run
 in the work directory first (:meth:`fidelity_runner.Study.rebuild`).
 ``--deadline-minutes`` stops the running commands at a wall-clock limit (exit code 3), for
-machines lent in 10-minute commands: the same command goes on.
+machines lent in 10-minute commands: the same command goes on.  SIGTERM or SIGINT stops the study
+the same way, at once (exit code 128 + the signal).
 
 Presets (:data:`fidelity_plan.PRESETS`): ``cpu`` = the bundled LibreOffice-help corpus at width 128 and 1600
 updates (the pre-norm 6-layer baseline reaches 14 sacreBLEU); ``gpu`` = the evidence corpus of
@@ -76,6 +77,7 @@ import dataclasses
 import json
 import logging
 import sys
+import signal
 import time
 
 from fidelity_launcher import Deadline
@@ -134,7 +136,7 @@ def main(argv=None):
     for d, flag in ((work, "--work-dir"), (records, "--records")):
         stamp_settings(d, p, flag)
     deadline = None if a.deadline_minutes is None else time.time() + 60 * a.deadline_minutes
-    stopped = False
+    stopped, signalled = False, None
     if a.prepare_only:
         log(f"data ready: {prepare(p, work)[0]}")
         return 0
@@ -151,14 +153,20 @@ def main(argv=None):
         study = Study(p, work, data, tok, a.threads, a.order == "short-first", fork=not a.exec, deadline=deadline,
                       records=records, select=a.runs, add_statistics=a.add_statistics)
         try:
-            run_study(study, p, a.only, a.seeds, a.jobs)
+            with study.launch.stopping_on_signals():  # kill or Ctrl-C: as the deadline, now
+                run_study(study, p, a.only, a.seeds, a.jobs)
         except Deadline:
             stopped = True
+        signalled = study.launch.signalled
     results = finished(work, records)
     (work / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     write_report(results, p, report, work, planned(p, a.seeds, dd_depth(work, records), results),
                  records=records)
     log(f"report: {report} ({len(results)} runs)")
+    if signalled:
+        log(f"stopped by {signal.Signals(signalled).name}: the running commands were stopped; "
+            "the same command resumes the study")
+        return 128 + signalled
     if stopped:
         log(f"--deadline-minutes {a.deadline_minutes:g} reached: the running commands were stopped; "
             "the same command resumes the study")

@@ -5,7 +5,9 @@ at the study's deadline.  Imports nothing of the study's other modules."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -34,12 +36,15 @@ class Launcher:
 
     Each command runs in its own process group; at ``deadline`` (``time.time()``) the group is sent
     SIGTERM (SIGKILL 30 s later), so a command's own children (``deepnmt-skd``'s shards) stop with
-    it, and :class:`Deadline` is raised."""
+    it, and :class:`Deadline` is raised.  Under :meth:`stopping_on_signals`, a SIGTERM or SIGINT to
+    the study is that deadline, now."""
 
     def __init__(self, env: Dict[str, str], threads: int, fork: bool = True, deadline: Optional[float] = None):
         import multiprocessing
 
         self.env, self.threads, self.deadline = dict(env), threads, deadline
+        self.signalled: Optional[int] = None  # the signal that stopped the study (stopping_on_signals)
+        self._running: set = set()  # pids of the running commands, each its process group's leader
         self.fork = fork and "forkserver" in multiprocessing.get_all_start_methods()
         if self.fork:
             self.ctx = multiprocessing.get_context("forkserver")
@@ -70,16 +75,21 @@ class Launcher:
             with open(out, "a") as fo, open(err, "a") as fe:
                 proc = subprocess.Popen(cmd, stdout=fo, stderr=fe if err != out else subprocess.STDOUT,
                                         env=self.env, start_new_session=True)
-                try:
-                    return proc.wait(timeout=self.left())
-                except subprocess.TimeoutExpired:
-                    self._stop(proc.pid, proc.wait)
+                with self._tracked(proc.pid):
+                    try:
+                        code = proc.wait(timeout=self.left())
+                    except subprocess.TimeoutExpired:
+                        self._stop(proc.pid, proc.wait)
+                    if self.signalled and code:  # stopped by the signal, not finished
+                        self._stop(proc.pid, proc.wait)
+                    return code
         self._ensure_server()
         proc = self.ctx.Process(target=_launched, args=(cmd, self.env, self.threads, str(out), str(err)))
         with _FORKSERVER_LOCK:  # Process.start() reads the exit status of every finished child: see _reap
             proc.start()
-        if self._reap(proc, self.left()) is None:
-            self._stop(proc.pid, lambda seconds: self._reap(proc, seconds))
+        with self._tracked(proc.pid):
+            if self._reap(proc, self.left()) is None or (self.signalled and proc.exitcode):
+                self._stop(proc.pid, lambda seconds: self._reap(proc, seconds))
         return proc.exitcode if proc.exitcode >= 0 else 128 - proc.exitcode
 
     @staticmethod
@@ -101,6 +111,51 @@ class Launcher:
         """Seconds to the deadline (None: no deadline)."""
         return None if self.deadline is None else max(0.0, self.deadline - time.time())
 
+    @contextlib.contextmanager
+    def _tracked(self, pid: int):
+        self._running.add(pid)
+        try:
+            if self.signalled:  # the signal came between the start and here: nothing killed this one
+                self._kill(pid, signal.SIGTERM)
+            yield
+        finally:
+            self._running.discard(pid)
+
+    @contextlib.contextmanager
+    def stopping_on_signals(self, signals=(signal.SIGTERM, signal.SIGINT)):
+        """Within the block (the main thread's), SIGTERM or SIGINT (``kill``, Ctrl-C) stops the study
+        as ``--deadline-minutes`` does: the running commands' process groups get SIGTERM, each
+        waiting :meth:`run` stops its command as at the deadline and raises :class:`Deadline` (so the
+        study keeps an interrupted run's wall time and partial record, and the same command
+        resumes), and nothing new starts.  Without it, a killed study lost both, and its training
+        child, in a process group of its own, trained on as an orphan.  The handler only kills and
+        records: raising from it could interrupt the study's own writes.  ``signalled`` is the
+        signal; the handlers are restored on leaving, so a second signal after it acts as usual."""
+        def stop(signum, frame):
+            self.signalled = signum
+            self.deadline = time.time()
+            for pid in list(self._running):
+                self._kill(pid, signal.SIGTERM)
+
+        saved = {sig: signal.signal(sig, stop) for sig in signals}
+        try:
+            yield self
+        finally:
+            for sig, handler in saved.items():
+                signal.signal(sig, handler)
+
+    @staticmethod
+    def _kill(pid: int, sig: int) -> bool:
+        """``sig`` to the process group of ``pid``, or to ``pid`` alone while a forked command has not
+        yet called os.setsid(); False when neither exists any more."""
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, sig)
+                return True
+            except ProcessLookupError:
+                continue
+        return False
+
     def check(self) -> None:
         if self.deadline is not None and time.time() >= self.deadline:
             raise Deadline()
@@ -109,16 +164,9 @@ class Launcher:
     def _stop(pid: int, wait) -> None:
         """SIGTERM to the command's process group, SIGKILL after 30 s; then :class:`Deadline`.
         ``wait(seconds)`` waits for the group's leader (``Popen.wait``, or :meth:`_reap` for a forked command)."""
-        import signal
-
         for sig, grace in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(pid, sig)
-            except ProcessLookupError:
-                try:  # a forked command stopped before its os.setsid(): not yet a group of its own
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    break
+            if not Launcher._kill(pid, sig):
+                break
             try:
                 wait(grace)
             except subprocess.TimeoutExpired:

@@ -133,3 +133,73 @@ def test_the_deadline_reaches_a_command_stopped_before_it_had_its_own_process_gr
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.parametrize("fork", [True, False])
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_study_stops_it_as_the_deadline_does(tmp_path, fork, signame):
+    """``kill`` or Ctrl-C to a study under ``stopping_on_signals``: the running command and its own
+    children are stopped (a forked training child has a process group of its own and used to train
+    on as an orphan), the waiting ``run`` raises Deadline (so the study keeps the run's wall time
+    and partial record), ``signalled`` names the signal and nothing new starts.  The signal is real,
+    sent to a separate study process."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import fidelity_launcher as launcher_mod
+
+    command = tmp_path / "parent.py"
+    command.write_text("import os, subprocess, sys, time\n"
+                       "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+                       "open(sys.argv[1] + '.tmp', 'w').write(f'{os.getpid()} {child.pid}')\n"
+                       "os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n"
+                       "time.sleep(120)\n")
+    study = tmp_path / "study.py"
+    study.write_text("import os, sys\n"
+                     "import fidelity_launcher as L\n"
+                     "def main(cmd, pids, late, fork):\n"
+                     "    launcher = L.Launcher(dict(os.environ), threads=1, fork=fork == 'fork')\n"
+                     "    with launcher.stopping_on_signals():\n"
+                     "        try:\n"
+                     "            launcher.run([sys.executable, cmd, pids], pids + '.log')\n"
+                     "            print('finished', flush=True)\n"
+                     "        except L.Deadline:\n"
+                     "            print('stopped', launcher.signalled, flush=True)\n"
+                     "        try:\n"
+                     "            launcher.run([sys.executable, '-c', f'open({late!r}, \"w\")'], pids + '.log')\n"
+                     "        except L.Deadline:\n"
+                     "            print('nothing new', flush=True)\n"
+                     "if __name__ == '__main__':  # the fork server imports this module\n"
+                     "    main(*sys.argv[1:5])\n")
+    pids, late = tmp_path / "pids", tmp_path / "late"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(launcher_mod.__file__).parent),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, study, command, pids, late, "fork" if fork else "exec"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        for _ in range(600):  # the command runs and has started its own child
+            if pids.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert pids.exists(), proc.communicate()[1]
+        sig = getattr(signal, signame)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert out.splitlines() == [f"stopped {int(sig)}", "nothing new"], err
+    assert proc.returncode == 0 and not late.exists()
+    for pid in map(int, pids.read_text().split()):  # the command and its child were stopped with it
+        for _ in range(50):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            pytest.fail(f"process {pid} of the command outlived the signal to the study")

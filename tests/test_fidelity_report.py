@@ -838,3 +838,29 @@ def test_the_status_line_names_finished_records_the_plan_no_longer_holds(tmp_pat
     assert "The other 1 of the 1 finished records (old-run-s1) are of runs the plan no longer holds" in text
     fidelity_report.write_report({}, p, report, tmp_path, planned=[run.name], records=tmp_path / "records")
     assert "the plan no longer holds" not in report.read_text()
+
+
+def test_a_signal_to_the_study_command_writes_the_report_and_exits_128_plus_the_signal(tmp_path, monkeypatch):
+    """benchmarks/fidelity.py runs the study under ``Launcher.stopping_on_signals``: a SIGTERM in the
+    middle of it stops it as the deadline does (nothing new starts), the report is still written
+    from what has finished, the exit code is 128 + the signal, and the study's own handlers are
+    restored afterwards.  (The real signal, its command and children: test_fidelity_launcher.py.)"""
+    import signal
+
+    import fidelity
+
+    before = signal.getsignal(signal.SIGTERM)
+    started = []
+
+    def study_interrupted(study, *args):
+        signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # what the signal's arrival calls
+        started.append(study.launch.left())
+        study.launch.check()  # the next command would start here
+        started.append("a command")
+
+    monkeypatch.setattr(fidelity, "prepare", lambda p, work: (work / "data-bin", work / "tok"))
+    monkeypatch.setattr(fidelity, "run_study", study_interrupted)
+    work, report = tmp_path / "work", tmp_path / "fidelity.md"
+    assert fidelity.main(["--preset", "tiny", "--work-dir", str(work), "--report", str(report)]) == 143
+    assert started == [0.0] and report.exists()
+    assert signal.getsignal(signal.SIGTERM) is before
