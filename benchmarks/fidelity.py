@@ -16,8 +16,9 @@ empty, reuses it too and regenerates the same report.  A run that still needs th
 recorded run (the GPKD teacher for the SKD data, stage 1 of the skipping study) retrains that run
 in the work directory first (:meth:`fidelity_runner.Study.rebuild`).
 ``--deadline-minutes`` stops the running commands at a wall-clock limit (exit code 3), for
-machines lent in 10-minute commands: the same command goes on.  SIGTERM or SIGINT stops the study
-the same way, at once (exit code 128 + the signal).
+machines lent in 10-minute commands: the same command goes on.  SIGTERM or SIGINT during the runs
+(not the data preparation before them) stops the study the same way within a second (exit code
+128 + the signal; :meth:`fidelity_launcher.Launcher.stopping_on_signals`).
 
 Presets (:data:`fidelity_plan.PRESETS`): ``cpu`` = the bundled LibreOffice-help corpus at width 128 and 1600
 updates (the pre-norm 6-layer baseline reaches 14 sacreBLEU); ``gpu`` = the evidence corpus of
@@ -76,9 +77,10 @@ import argparse
 import dataclasses
 import json
 import logging
-import sys
 import signal
+import sys
 import time
+import traceback
 
 from fidelity_launcher import Deadline
 from fidelity_plan import PRESETS, STUDIES, dd_depth, finished, outputs, planned, stamp_settings
@@ -121,7 +123,8 @@ def main(argv=None):
                          "<run>.rebuilt.json and the record stays")
     ap.add_argument("--deadline-minutes", type=float, metavar="M",
                     help="stop after M minutes of wall time (the running commands are stopped, the report is "
-                         "written, exit code 3); the same command resumes. For machines lent by the 10 minutes")
+                         "written, exit code 3); the same command resumes. For machines lent by the 10 minutes. "
+                         "SIGTERM or SIGINT during the runs stops the study the same way (exit code 128 + the signal)")
     a = ap.parse_args(argv)
     # fairseq's wav2vec2_classification module calls logging.basicConfig(level=DEBUG) when it is
     # imported (by the checkpoint reader here); configure the root logger first so that its
@@ -157,7 +160,12 @@ def main(argv=None):
                 run_study(study, p, a.only, a.seeds, a.jobs)
         except Deadline:
             stopped = True
-        signalled = study.launch.signalled
+        except Exception:  # e.g. a command the signal ended before the study's handler ran
+            if study.launch.signalled is None:
+                raise
+            log("after the signal: " + traceback.format_exc(limit=2).strip().splitlines()[-1])
+            stopped = True
+        signalled = study.launch.signalled if stopped else None  # a signal as the study ended: no matter
     results = finished(work, records)
     (work / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     write_report(results, p, report, work, planned(p, a.seeds, dd_depth(work, records), results),

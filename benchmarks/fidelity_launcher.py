@@ -35,8 +35,8 @@ class Launcher:
     imports; the study starts a few hundred commands.  ``fork=False`` runs them as subprocesses.
 
     Each command runs in its own process group; at ``deadline`` (``time.time()``) the group is sent
-    SIGTERM (SIGKILL 30 s later), so a command's own children (``deepnmt-skd``'s shards) stop with
-    it, and :class:`Deadline` is raised.  Under :meth:`stopping_on_signals`, a SIGTERM or SIGINT to
+    SIGTERM (SIGKILL :data:`GRACE` seconds later), so a command's own children (``deepnmt-skd``'s
+    shards) stop with it, and :class:`Deadline` is raised.  Under :meth:`stopping_on_signals`, a SIGTERM or SIGINT to
     the study is that deadline, now."""
 
     def __init__(self, env: Dict[str, str], threads: int, fork: bool = True, deadline: Optional[float] = None):
@@ -75,22 +75,39 @@ class Launcher:
             with open(out, "a") as fo, open(err, "a") as fe:
                 proc = subprocess.Popen(cmd, stdout=fo, stderr=fe if err != out else subprocess.STDOUT,
                                         env=self.env, start_new_session=True)
-                with self._tracked(proc.pid):
+
+                def wait(seconds: float) -> Optional[int]:
                     try:
-                        code = proc.wait(timeout=self.left())
+                        return proc.wait(timeout=seconds)
                     except subprocess.TimeoutExpired:
-                        self._stop(proc.pid, proc.wait)
-                    if self.signalled and code:  # stopped by the signal, not finished
-                        self._stop(proc.pid, proc.wait)
-                    return code
+                        return None
+                return self._wait(proc.pid, wait)
         self._ensure_server()
         proc = self.ctx.Process(target=_launched, args=(cmd, self.env, self.threads, str(out), str(err)))
         with _FORKSERVER_LOCK:  # Process.start() reads the exit status of every finished child: see _reap
             proc.start()
-        with self._tracked(proc.pid):
-            if self._reap(proc, self.left()) is None or (self.signalled and proc.exitcode):
-                self._stop(proc.pid, lambda seconds: self._reap(proc, seconds))
-        return proc.exitcode if proc.exitcode >= 0 else 128 - proc.exitcode
+        code = self._wait(proc.pid, lambda seconds: self._reap(proc, seconds))
+        return code if code >= 0 else 128 - code
+
+    def _wait(self, pid: int, wait) -> int:
+        """The exit code of the command whose process group ``pid`` leads; ``wait(seconds)`` waits
+        for it to end (None: still running).  The wait is sliced into seconds that re-read the
+        deadline, so that a deadline a signal moved reaches a wait already under way (a command that
+        ignores SIGTERM included); a command that the deadline stopped, or that ended with an error
+        after a signal, is stopped with its group (:meth:`_stop`, which raises :class:`Deadline`)."""
+        self._running.add(pid)
+        try:
+            while True:
+                left = self.left()
+                code = wait(1.0 if left is None else min(1.0, left))
+                if code is not None:
+                    if self.signalled and code:  # ended by the signal, not finished
+                        self._stop(pid, wait, reaped=True)
+                    return code
+                if self.left() == 0.0:
+                    self._stop(pid, wait)
+        finally:
+            self._running.discard(pid)
 
     @staticmethod
     def _reap(proc, timeout: Optional[float]) -> Optional[int]:
@@ -112,43 +129,59 @@ class Launcher:
         return None if self.deadline is None else max(0.0, self.deadline - time.time())
 
     @contextlib.contextmanager
-    def _tracked(self, pid: int):
-        self._running.add(pid)
-        try:
-            if self.signalled:  # the signal came between the start and here: nothing killed this one
-                self._kill(pid, signal.SIGTERM)
-            yield
-        finally:
-            self._running.discard(pid)
-
-    @contextlib.contextmanager
     def stopping_on_signals(self, signals=(signal.SIGTERM, signal.SIGINT)):
-        """Within the block (the main thread's), SIGTERM or SIGINT (``kill``, Ctrl-C) stops the study
-        as ``--deadline-minutes`` does: the running commands' process groups get SIGTERM, each
-        waiting :meth:`run` stops its command as at the deadline and raises :class:`Deadline` (so the
-        study keeps an interrupted run's wall time and partial record, and the same command
-        resumes), and nothing new starts.  Without it, a killed study lost both, and its training
-        child, in a process group of its own, trained on as an orphan.  The handler only kills and
-        records: raising from it could interrupt the study's own writes.  ``signalled`` is the
-        signal; the handlers are restored on leaving, so a second signal after it acts as usual."""
+        """Within the block (the main thread's), SIGTERM or SIGINT (``kill``, ``kill -- -PGID``,
+        Ctrl-C) stops the study as ``--deadline-minutes`` does, within a second: the running
+        commands' process groups get SIGTERM (SIGKILL :data:`GRACE` seconds later, or at a second
+        signal), each waiting :meth:`run` raises :class:`Deadline` (so the study keeps an
+        interrupted run's wall time and partial record, and the same command resumes), and nothing
+        new starts.  Without it, a killed study lost both, and its training child, in a process
+        group of its own, trained on as an orphan.  The handler only signals and records: raising
+        from it could interrupt the study's own writes.  ``signalled`` is the first signal; the
+        handlers are restored on leaving, so a signal after the block acts as usual."""
         def stop(signum, frame):
-            self.signalled = signum
+            again = self.signalled is not None
+            self.signalled = self.signalled or signum
             self.deadline = time.time()
-            for pid in list(self._running):
-                self._kill(pid, signal.SIGTERM)
+            for pid in list(self._running):  # a command not yet in its own group: _wait's next slice
+                self._kill(pid, signal.SIGKILL if again else signal.SIGTERM, group_only=True)
 
-        saved = {sig: signal.signal(sig, stop) for sig in signals}
+        saved = {sig: signal.getsignal(sig) for sig in signals}
+        # the fork server (and multiprocessing's resource tracker), in the study's process group,
+        # start ignoring the signals (a disposition that exec keeps; _launched restores SIGTERM's
+        # in each command), so that a ``kill -- -PGID`` leaves them to report the exit codes of the
+        # commands the handler stops: a dead fork server reports 255 at once, and a command waited
+        # for in a worker thread (--jobs 2) ended as failed before the main thread's handler ran.
+        # The signals are blocked meanwhile: one that comes is kept for the handler, not ignored.
         try:
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, set(signals))
+            try:
+                if self.fork:
+                    for sig in signals:
+                        signal.signal(sig, signal.SIG_IGN)
+                    self._ensure_server()
+                for sig in signals:
+                    signal.signal(sig, stop)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             yield self
         finally:
             for sig, handler in saved.items():
                 signal.signal(sig, handler)
 
+    def check(self) -> None:
+        if self.deadline is not None and time.time() >= self.deadline:
+            raise Deadline()
+
+    #: seconds from a stopped command's SIGTERM to its SIGKILL
+    GRACE = 30.0
+
     @staticmethod
-    def _kill(pid: int, sig: int) -> bool:
-        """``sig`` to the process group of ``pid``, or to ``pid`` alone while a forked command has not
-        yet called os.setsid(); False when neither exists any more."""
-        for kill in (os.killpg, os.kill):
+    def _kill(pid: int, sig: int, group_only: bool = False) -> bool:
+        """``sig`` to the process group of ``pid``, or (unless ``group_only``: the leader has been
+        reaped, and its pid may have been reused) to ``pid`` alone while a forked command has not yet
+        called os.setsid(); False when neither exists."""
+        for kill in (os.killpg,) if group_only else (os.killpg, os.kill):
             try:
                 kill(pid, sig)
                 return True
@@ -156,24 +189,31 @@ class Launcher:
                 continue
         return False
 
-    def check(self) -> None:
-        if self.deadline is not None and time.time() >= self.deadline:
-            raise Deadline()
-
     @staticmethod
-    def _stop(pid: int, wait) -> None:
-        """SIGTERM to the command's process group, SIGKILL after 30 s; then :class:`Deadline`.
-        ``wait(seconds)`` waits for the group's leader (``Popen.wait``, or :meth:`_reap` for a forked command)."""
-        for sig, grace in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
-            if not Launcher._kill(pid, sig):
+    def _gone(pid: int) -> bool:
+        try:
+            os.killpg(pid, 0)
+            return False
+        except ProcessLookupError:
+            return True
+
+    @classmethod
+    def _stop(cls, pid: int, wait, reaped: bool = False) -> None:
+        """SIGTERM to the command's process group, SIGKILL after :data:`GRACE` seconds; then
+        :class:`Deadline`.  ``wait(seconds)`` waits for the group's leader (``Popen.wait``, or
+        :meth:`_reap` for a forked command); ``reaped``: it has ended, only the rest of its group
+        (its own children) may be left."""
+        for sig, grace in ((signal.SIGTERM, cls.GRACE), (signal.SIGKILL, 10.0)):
+            if not cls._kill(pid, sig, group_only=reaped):
                 break
+            end = time.time() + grace
             try:
                 wait(grace)
-            except subprocess.TimeoutExpired:
-                continue
-            try:  # the leader has ended; a child of it may still be in the group
-                os.killpg(pid, 0)
-            except ProcessLookupError:
+            except subprocess.TimeoutExpired:  # Popen.wait itself
+                pass
+            while not cls._gone(pid) and time.time() < end:  # the leader has ended; its children?
+                time.sleep(0.1)
+            if cls._gone(pid):
                 break
         raise Deadline()
 
@@ -187,6 +227,9 @@ def _launched(cmd: List[str], env: Dict[str, str], threads: int, out: str, err: 
     import torch
 
     os.setsid()  # its own process group: the launcher stops the command and its children together
+    # the fork server ignores both (see stopping_on_signals); the command gets Python's usual handling
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.clear()
     os.environ.update(env)
     torch.set_num_threads(threads)

@@ -135,6 +135,94 @@ def test_the_deadline_reaches_a_command_stopped_before_it_had_its_own_process_gr
         proc.wait()
 
 
+def _signalled_study(tmp_path, fork, send, ignore_term=False, grace=None, late_handler=False):
+    """A study process (``Launcher.stopping_on_signals`` around two ``run`` calls: a command that
+    starts a child and sleeps, then one that would write a file) signalled by ``send(proc)`` once
+    the command's child runs.  Returns (stdout lines, stderr, exit code, the command's and its
+    child's pids, seconds from the signal to the study's end)."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import fidelity_launcher as launcher_mod
+
+    command, late_cmd = tmp_path / "parent.py", tmp_path / "late.py"
+    command.write_text("import os, signal, subprocess, sys, time\n"
+                       f"if {ignore_term}: signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                       "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+                       "open(sys.argv[1] + '.tmp', 'w').write(f'{os.getpid()} {child.pid}')\n"
+                       "os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n"
+                       "time.sleep(120)\n")
+    late_cmd.write_text("import sys\nopen(sys.argv[1], 'w').write('started')\n")
+    study = tmp_path / "study.py"
+    study.write_text("import os, signal, sys, threading, time\n"
+                     "import fidelity_launcher as L\n"
+                     "def first(launcher, cmd, pids):\n"
+                     "    try:\n"
+                     "        print('finished', launcher.run([sys.executable, cmd, pids], pids + '.log'), flush=True)\n"
+                     "    except L.Deadline:\n"
+                     "        print('stopped', launcher.signalled, flush=True)\n"
+                     "def main(cmd, late_cmd, pids, late, fork, grace, late_handler):\n"
+                     "    if grace != 'None':\n"
+                     "        L.Launcher.GRACE = float(grace)\n"
+                     "    launcher = L.Launcher(dict(os.environ), threads=1, fork=fork == 'fork')\n"
+                     "    with launcher.stopping_on_signals():\n"
+                     "        if late_handler == 'late':  # --jobs 2: the command waited for in a worker thread\n"
+                     "            worker = threading.Thread(target=first, args=(launcher, cmd, pids))\n"
+                     "            worker.start()\n"
+                     "            # the main thread, which runs the handler, is busy until 3 s after the signal\n"
+                     "            sigs = {signal.SIGTERM, signal.SIGINT}\n"
+                     "            signal.pthread_sigmask(signal.SIG_BLOCK, sigs)\n"
+                     "            while not os.path.exists(pids):\n"
+                     "                time.sleep(0.1)\n"
+                     "            time.sleep(3)\n"
+                     "            signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)\n"
+                     "            worker.join()\n"
+                     "        else:\n"
+                     "            first(launcher, cmd, pids)\n"
+                     "        try:\n"
+                     "            launcher.run([sys.executable, late_cmd, late], pids + '.log')\n"
+                     "        except L.Deadline:\n"
+                     "            print('nothing new', flush=True)\n"
+                     "if __name__ == '__main__':  # the fork server imports this module\n"
+                     "    main(*sys.argv[1:])\n")
+    pids, late = tmp_path / "pids", tmp_path / "late"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(launcher_mod.__file__).parent),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, study, command, late_cmd, pids, late, "fork" if fork else "exec",
+                             str(grace), "late" if late_handler else "soon"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        for _ in range(600):  # the command runs and has started its own child
+            if pids.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert pids.exists(), proc.communicate()[1]
+        t0 = time.time()
+        send(proc)
+        out, err = proc.communicate(timeout=90)
+        seconds = time.time() - t0
+    finally:
+        proc.kill()
+    stopped = [int(p) for p in pids.read_text().split()]
+    assert not late.exists(), "a command started after the signal"
+    alive = []
+    for pid in stopped:  # the command and its child were stopped with it
+        for _ in range(50):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, 9)
+            alive.append(pid)
+    assert not alive, f"processes {alive} of the command outlived the signal to the study"
+    return out.splitlines(), err, proc.returncode, seconds
+
+
 @pytest.mark.parametrize("fork", [True, False])
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
 def test_a_signal_to_the_study_stops_it_as_the_deadline_does(tmp_path, fork, signame):
@@ -143,63 +231,43 @@ def test_a_signal_to_the_study_stops_it_as_the_deadline_does(tmp_path, fork, sig
     on as an orphan), the waiting ``run`` raises Deadline (so the study keeps the run's wall time
     and partial record), ``signalled`` names the signal and nothing new starts.  The signal is real,
     sent to a separate study process."""
+    import signal
+
+    sig = getattr(signal, signame)
+    out, err, code, _ = _signalled_study(tmp_path, fork, lambda proc: proc.send_signal(sig))
+    assert out == [f"stopped {int(sig)}", "nothing new"] and code == 0, err
+
+
+@pytest.mark.parametrize("fork", [True, False])
+def test_a_kill_of_the_study_s_process_group_stops_it_as_the_deadline_does(tmp_path, fork):
+    """``kill -- -PGID`` reaches every process of the study's group, the fork server among them.
+    Its death made a command waited for in a worker thread (``--jobs 2``) end at once with exit code
+    255, before the main thread's handler had run: the run was recorded as failed, without its
+    partial record, and the training child (in a group of its own) trained on.  The fork server
+    blocks SIGTERM, so the wait goes on until the handler stops the command; here the handler runs
+    3 s late."""
     import os
     import signal
-    import subprocess
-    import sys
+
+    out, err, code, _ = _signalled_study(tmp_path, fork, lambda proc: os.killpg(proc.pid, signal.SIGTERM),
+                                         late_handler=True)
+    assert out == [f"stopped {int(signal.SIGTERM)}", "nothing new"] and code == 0, err
+
+
+@pytest.mark.parametrize("second_signal", [False, True])
+def test_a_command_that_ignores_sigterm_is_killed_after_the_grace_or_at_a_second_signal(tmp_path, second_signal):
+    """A command that ignores SIGTERM (with no deadline, the study's wait had no end) gets SIGKILL
+    ``GRACE`` seconds after the signal, or at once at a second signal (a second Ctrl-C)."""
+    import signal
     import time
-    from pathlib import Path
 
-    import fidelity_launcher as launcher_mod
+    def send(proc):
+        proc.send_signal(signal.SIGINT)
+        if second_signal:
+            time.sleep(1)
+            proc.send_signal(signal.SIGINT)
 
-    command = tmp_path / "parent.py"
-    command.write_text("import os, subprocess, sys, time\n"
-                       "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
-                       "open(sys.argv[1] + '.tmp', 'w').write(f'{os.getpid()} {child.pid}')\n"
-                       "os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n"
-                       "time.sleep(120)\n")
-    study = tmp_path / "study.py"
-    study.write_text("import os, sys\n"
-                     "import fidelity_launcher as L\n"
-                     "def main(cmd, pids, late, fork):\n"
-                     "    launcher = L.Launcher(dict(os.environ), threads=1, fork=fork == 'fork')\n"
-                     "    with launcher.stopping_on_signals():\n"
-                     "        try:\n"
-                     "            launcher.run([sys.executable, cmd, pids], pids + '.log')\n"
-                     "            print('finished', flush=True)\n"
-                     "        except L.Deadline:\n"
-                     "            print('stopped', launcher.signalled, flush=True)\n"
-                     "        try:\n"
-                     "            launcher.run([sys.executable, '-c', f'open({late!r}, \"w\")'], pids + '.log')\n"
-                     "        except L.Deadline:\n"
-                     "            print('nothing new', flush=True)\n"
-                     "if __name__ == '__main__':  # the fork server imports this module\n"
-                     "    main(*sys.argv[1:5])\n")
-    pids, late = tmp_path / "pids", tmp_path / "late"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(launcher_mod.__file__).parent),
-                                                       os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.Popen([sys.executable, study, command, pids, late, "fork" if fork else "exec"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        for _ in range(600):  # the command runs and has started its own child
-            if pids.exists() or proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        assert pids.exists(), proc.communicate()[1]
-        sig = getattr(signal, signame)
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert out.splitlines() == [f"stopped {int(sig)}", "nothing new"], err
-    assert proc.returncode == 0 and not late.exists()
-    for pid in map(int, pids.read_text().split()):  # the command and its child were stopped with it
-        for _ in range(50):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        else:
-            os.kill(pid, signal.SIGKILL)
-            pytest.fail(f"process {pid} of the command outlived the signal to the study")
+    grace = 120 if second_signal else 2
+    out, err, code, seconds = _signalled_study(tmp_path, True, send, ignore_term=True, grace=grace)
+    assert out == [f"stopped {int(signal.SIGINT)}", "nothing new"] and code == 0, err
+    assert seconds < 30

@@ -840,11 +840,14 @@ def test_the_status_line_names_finished_records_the_plan_no_longer_holds(tmp_pat
     assert "the plan no longer holds" not in report.read_text()
 
 
-def test_a_signal_to_the_study_command_writes_the_report_and_exits_128_plus_the_signal(tmp_path, monkeypatch):
+@pytest.mark.parametrize("after", ["deadline", "error", "finished"])
+def test_a_signal_to_the_study_command_writes_the_report_and_exits_128_plus_the_signal(tmp_path, monkeypatch, after):
     """benchmarks/fidelity.py runs the study under ``Launcher.stopping_on_signals``: a SIGTERM in the
     middle of it stops it as the deadline does (nothing new starts), the report is still written
     from what has finished, the exit code is 128 + the signal, and the study's own handlers are
-    restored afterwards.  (The real signal, its command and children: test_fidelity_launcher.py.)"""
+    restored afterwards.  An error after the signal (a command it ended before the handler ran) is
+    a stop too; a signal as the study ended stops nothing (exit 0).  (The real signal, its command
+    and children: test_fidelity_launcher.py.)"""
     import signal
 
     import fidelity
@@ -855,12 +858,16 @@ def test_a_signal_to_the_study_command_writes_the_report_and_exits_128_plus_the_
     def study_interrupted(study, *args):
         signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # what the signal's arrival calls
         started.append(study.launch.left())
-        study.launch.check()  # the next command would start here
-        started.append("a command")
+        if after == "error":
+            raise RuntimeError("a command ended by the signal failed")
+        if after == "deadline":
+            study.launch.check()  # the next command would start here
+            started.append("a command")
 
     monkeypatch.setattr(fidelity, "prepare", lambda p, work: (work / "data-bin", work / "tok"))
     monkeypatch.setattr(fidelity, "run_study", study_interrupted)
     work, report = tmp_path / "work", tmp_path / "fidelity.md"
-    assert fidelity.main(["--preset", "tiny", "--work-dir", str(work), "--report", str(report)]) == 143
+    code = fidelity.main(["--preset", "tiny", "--work-dir", str(work), "--report", str(report), "--exec"])
+    assert code == (0 if after == "finished" else 128 + signal.SIGTERM)
     assert started == [0.0] and report.exists()
     assert signal.getsignal(signal.SIGTERM) is before
