@@ -80,7 +80,6 @@ import logging
 import signal
 import sys
 import time
-import traceback
 
 from fidelity_launcher import Deadline
 from fidelity_plan import PRESETS, STUDIES, dd_depth, finished, outputs, planned, stamp_settings
@@ -160,10 +159,10 @@ def main(argv=None):
                 run_study(study, p, a.only, a.seeds, a.jobs)
         except Deadline:
             stopped = True
-        except Exception:  # e.g. a command the signal ended before the study's handler ran
+        except Exception as e:  # e.g. a command the signal ended before the study's handler ran
             if study.launch.signalled is None:
                 raise
-            log("after the signal: " + traceback.format_exc(limit=2).strip().splitlines()[-1])
+            log(f"after the signal: {e!r}")
             stopped = True
         signalled = study.launch.signalled if stopped else None  # a signal as the study ended: no matter
     results = finished(work, records)
