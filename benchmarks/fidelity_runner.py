@@ -63,6 +63,7 @@ class Study:
         from deepnmt_fairseq.console import child_env
 
         self.env = child_env(self.env)
+        self.threads = threads
         self.launch = Launcher(self.env, threads, fork, deadline)
 
     def dir(self, name: str) -> Path:
@@ -207,7 +208,7 @@ class Study:
         out = {"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd), "returncode": 0,
                "train_seconds": float((save / ".trained").read_text()), "losses": losses,
                "final_train_loss": final_loss(losses),
-               "diverged": not losses or not math.isfinite(losses[-1][1]), "machine": machine()}
+               "diverged": not losses or not math.isfinite(losses[-1][1]), "machine": machine(self.threads)}
         if not out["diverged"]:
             avg = save / "checkpoint_avg.pt"  # the last 3 checkpoints averaged (by fidelity_eval.py)
             out.update(self.evaluate(avg, r.unk_gap, average_dir=save))
@@ -263,7 +264,7 @@ class Study:
         if out is None or path is None:
             return
         out.update({"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd),
-                    "train_seconds": round(seconds, 1), "machine": machine()})
+                    "train_seconds": round(seconds, 1), "machine": machine(self.threads)})
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(out, indent=1) + "\n")
         log(f"  {r.name}: stopped unfinished at {out['updates']} updates; kept {path}")
@@ -489,10 +490,12 @@ def final_loss(losses: List[Tuple[int, float]]) -> float:
     return round(statistics.fmean(v for _, v in losses[-5:]), 3) if losses else math.nan
 
 
-def machine() -> Dict[str, str]:
+def machine(threads: Optional[int] = None) -> Dict[str, object]:
     """What a run's floating-point results depend on beyond its command: torch's version, the CPU and the
     kernels torch picks for it, the GPU.  One seeded command gives the same losses on one kind of machine;
-    kernels for another instruction set may round differently, and the runs then drift apart."""
+    kernels for another instruction set may round differently, and the runs then drift apart.  With
+    ``threads``, also the torch threads of the command that finished the run (``--threads``): they set
+    its speed (``train_seconds``), not its losses."""
     import platform
 
     import torch
@@ -504,6 +507,8 @@ def machine() -> Dict[str, str]:
     out = {"torch": torch.__version__, "cpu": cpu, "kernels": torch.backends.cpu.get_cpu_capability()}
     if torch.cuda.is_available():
         out["gpu"] = torch.cuda.get_device_name()
+    if threads is not None:
+        out["threads"] = threads
     return out
 
 

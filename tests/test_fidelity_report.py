@@ -161,6 +161,7 @@ def test_tiny_study_runs_every_comparison_with_two_seeds_and_resumes(tmp_path):
             assert not r["diverged"] and {"valid_nll", "bleu", "train_bleu"} <= set(r), r
             # what a rebuild on another machine needs to explain a drift: the kernels torch picked here
             assert r["machine"]["kernels"] == torch.backends.cpu.get_cpu_capability() and r["machine"]["cpu"]
+            assert r["machine"]["threads"] == 1  # --threads' default: what train_seconds was measured with
     assert all("unk_gap" in done[f"dd-{k}-{p.dd_encoder}-{dec}-s1"] for k in plan.DD_KINDS)
     assert {f"dd-plain-{p.dd_encoder}-{d}-s1" for d in p.dd_depths} <= set(done)
     # GPKD: the student starts from one layer per group of the *averaged* GP teacher of seed 1
@@ -787,7 +788,8 @@ def test_a_run_stopped_by_the_deadline_keeps_its_valid_curve_until_its_record_re
 
     p = plan.PRESETS["tiny"]
     records = tmp_path / "records"
-    study = runner.Study(p, tmp_path, tmp_path / "no-data", tmp_path / "tok", fork=False, records=records)
+    # --threads 3: kept in both records' machine (the speed of a 2-thread and a 1-thread run differ)
+    study = runner.Study(p, tmp_path, tmp_path / "no-data", tmp_path / "tok", threads=3, fork=False, records=records)
     study.evaluate = lambda *a, **k: {}
     run = plan.baseline(p, [1])[0]
 
@@ -807,6 +809,7 @@ def test_a_run_stopped_by_the_deadline_keeps_its_valid_curve_until_its_record_re
     assert part["unfinished"] and part["updates"] == 4 and part["updates_per_second"] == 5.25
     assert part["valid_log"] == [[2, 7.654], [4, 5.432]] and part["final_train_loss"] == 8.0
     assert part["command"].startswith("fairseq-train ") and part["system"] == run.system
+    assert part["machine"]["threads"] == 3
 
     report = tmp_path / "report.md"
     fidelity_report.write_report({}, p, report, tmp_path, planned=[run.name], records=records)
@@ -818,6 +821,7 @@ def test_a_run_stopped_by_the_deadline_keeps_its_valid_curve_until_its_record_re
 
     out = study.train(run)  # resumed to the end: the record replaces the partial one
     assert out["returncode"] == 0 and not (records / "partial" / f"{run.name}.json").exists()
+    assert out["machine"]["threads"] == 3
     fidelity_report.write_report(plan.finished(tmp_path, records), p, report, tmp_path, records=records)
     assert "## 1c. Unfinished runs" not in report.read_text()
 
