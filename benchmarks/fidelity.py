@@ -103,7 +103,7 @@ def main(argv=None):
                          "patterns' order (e.g. 'conv-*-12-s1' 'conv-*-12-s2': every 12-layer system's first "
                          "seed before any second) within each of the study's three phases (the runs that need no other; "
                          "those that need them: GPKD students, SSL stage 2, the deep-decoder comparison, the deepest "
-                         "transparent run; the third seeds of close comparisons), never across them; the report "
+                         "transparent runs; the third seeds of close comparisons), never across them; the report "
                          "still covers every finished run")
     ap.add_argument("--exec", action="store_true",
                     help="start every command as a new process (default: forked from one interpreter that "
