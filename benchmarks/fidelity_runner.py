@@ -63,7 +63,6 @@ class Study:
         from deepnmt_fairseq.console import child_env
 
         self.env = child_env(self.env)
-        self.threads = threads
         self.launch = Launcher(self.env, threads, fork, deadline)
 
     def dir(self, name: str) -> Path:
@@ -208,7 +207,7 @@ class Study:
         out = {"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd), "returncode": 0,
                "train_seconds": float((save / ".trained").read_text()), "losses": losses,
                "final_train_loss": final_loss(losses),
-               "diverged": not losses or not math.isfinite(losses[-1][1]), "machine": machine(self.threads)}
+               "diverged": not losses or not math.isfinite(losses[-1][1]), "machine": machine(self.launch.threads)}
         if not out["diverged"]:
             avg = save / "checkpoint_avg.pt"  # the last 3 checkpoints averaged (by fidelity_eval.py)
             out.update(self.evaluate(avg, r.unk_gap, average_dir=save))
@@ -264,7 +263,7 @@ class Study:
         if out is None or path is None:
             return
         out.update({"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd),
-                    "train_seconds": round(seconds, 1), "machine": machine(self.threads)})
+                    "train_seconds": round(seconds, 1), "machine": machine(self.launch.threads)})
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(out, indent=1) + "\n")
         log(f"  {r.name}: stopped unfinished at {out['updates']} updates; kept {path}")
