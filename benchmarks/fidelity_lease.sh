@@ -13,8 +13,8 @@
 #   bash benchmarks/fidelity_lease.sh status               # updates per run
 #   bash benchmarks/fidelity_lease.sh pause RUN...         # SIGSTOP runs that cannot finish in the lease
 #   bash benchmarks/fidelity_lease.sh collect              # records + logs (no checkpoints) -> $OUT/gpu.tgz
-#   # back here: tar xzf gpu.tgz; copy gpu-records/*.json to benchmarks/results/fidelity/gpu/, and
-#   # gpu-records/partial/*.json (the valid curves of the runs the deadline stopped) to its partial/
+#   # back here: tar xzf gpu.tgz; copy work/gpu-records/*.json to benchmarks/results/fidelity/gpu/, and
+#   # work/gpu-records/partial/*.json (the valid curves of the runs the deadline stopped) to its partial/
 #
 # The records are written to work/gpu-records (ignored), not into the repository's records
 # directory, because each call re-sends the working tree.  A run that has not finished when the
@@ -26,6 +26,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 WORK=${FIDELITY_WORK:-work/fidelity/gpu}  # the preset's work directory (a test points it elsewhere)
 LOG=${FIDELITY_LOG:-work/gpu.log}
+RECORDS=${FIDELITY_RECORDS:-work/gpu-records}
 PY=${PYTHON:-python3}
 
 case "${1:-}" in
@@ -53,7 +54,7 @@ case "${1:-}" in
   launch)
     jobs=${2:?JOBS}; minutes=${3:?MINUTES}; shift 3
     (PYTHONUNBUFFERED=1 setsid nohup "$PY" -W ignore benchmarks/fidelity.py --preset gpu --jobs "$jobs" \
-       --order short-first --deadline-minutes "$minutes" --records work/gpu-records ${1:+--runs "$@"} \
+       --order short-first --deadline-minutes "$minutes" --records "$RECORDS" ${1:+--runs "$@"} \
        --report "$WORK/report.md" > "$LOG" 2>&1 < /dev/null &)
     echo "started: tail $LOG" ;;
   status)
@@ -71,8 +72,11 @@ case "${1:-}" in
       done
     done ;;
   collect)
-    tar czf "${OUT:?OUT: where the archive goes}/gpu.tgz" --exclude='*.pt' -C work gpu.log gpu-records fidelity/gpu/runs
-    ls work/gpu-records ;;
+    # no checkpoint: neither the saved ones (*.pt) nor the one fairseq is writing when the deadline
+    # stops it (.checkpoint_last.pt.<random>.tmp, 150 MB for a 6-layer run: it once pushed the
+    # archive past the 16 MiB a file the lent machine sends back)
+    tar czf "${OUT:?OUT: where the archive goes}/gpu.tgz" --exclude='*.pt' --exclude='*.pt.*' "$LOG" "$RECORDS" "$WORK/runs"
+    ls -l "$OUT/gpu.tgz"; ls "$RECORDS" ;;
   *)
     sed -n '2,22p' "$0"; exit 2 ;;
 esac

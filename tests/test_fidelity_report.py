@@ -544,6 +544,33 @@ def test_lease_script_reports_updates_and_pauses_a_run_by_its_log(tmp_path):
     assert subprocess.run(["bash", str(script)], capture_output=True).returncode == 2
 
 
+def test_lease_collect_brings_back_records_and_logs_but_no_checkpoint(tmp_path):
+    """``fidelity_lease.sh collect`` packs the log, the records (partial ones too) and the runs'
+    train logs, and no checkpoint: neither a saved ``*.pt`` nor the temporary file fairseq is
+    writing when the deadline stops it, which once made the archive too large to come back."""
+    import os
+    import subprocess
+    import tarfile
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "fidelity_lease.sh"
+    run, records, out = tmp_path / "runs" / "conv-prenorm-6-s1", tmp_path / "records", tmp_path / "out"
+    for d in (run, records / "partial", out):
+        d.mkdir(parents=True)
+    (run / "train.log").write_text('{"num_updates": "2700"}\n')
+    for ckpt in ("checkpoint_last.pt", "checkpoint3.pt", ".checkpoint_last.pt.ntrf1gqr.tmp"):
+        (run / ckpt).write_bytes(b"x" * 1000)
+    (records / "partial" / "conv-prenorm-6-s1.json").write_text("{}")
+    (tmp_path / "gpu.log").write_text("[fidelity] report\n")
+    env = dict(os.environ, FIDELITY_WORK=str(tmp_path), FIDELITY_LOG=str(tmp_path / "gpu.log"),
+               FIDELITY_RECORDS=str(records), OUT=str(out))
+    subprocess.run(["bash", str(script), "collect"], env=env, capture_output=True, text=True, check=True)
+    with tarfile.open(out / "gpu.tgz") as tar:
+        names = {Path(n).name for n in tar.getnames()}
+    assert {"gpu.log", "train.log", "conv-prenorm-6-s1.json"} <= names, names
+    assert not any(".pt" in n for n in names), names
+
+
 def test_prepare_only_builds_the_data_and_trains_nothing(tmp_path):
     """``--prepare-only`` (what fidelity_lease.sh pack carries to a machine without network): the
     binarized splits and the training sample, no run and no report."""
