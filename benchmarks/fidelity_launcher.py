@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 
 # imported once by the launcher's fork server; every command then starts without these imports
@@ -21,6 +21,7 @@ from typing import Dict, List, Optional, Sequence
 # fairseq-train, measured with cProfile)
 PRELOAD = ("torch", "torch._dynamo", "fairseq_cli.train", "fairseq_cli.generate", "deepnmt_fairseq")
 _FORKSERVER_LOCK = threading.Lock()
+TICK = 60.0  # seconds between the calls of Launcher.run's tick while its command runs
 
 
 class Deadline(Exception):
@@ -65,9 +66,11 @@ class Launcher:
                 os.environ.clear()
                 os.environ.update(saved)
 
-    def run(self, cmd: Sequence[str], out: Path, err: Optional[Path] = None) -> int:
+    def run(self, cmd: Sequence[str], out: Path, err: Optional[Path] = None,
+            tick: Optional[Callable[[], None]] = None) -> int:
         """Run ``cmd``, appending its stdout to ``out`` and its stderr to ``err`` (default: ``out``);
-        returns the exit code."""
+        returns the exit code.  ``tick()`` is called every :data:`TICK` seconds while the command
+        runs (the study prunes a curve run's epoch checkpoints with it)."""
         cmd = [str(c) for c in cmd]
         err = err or out
         self.check()
@@ -81,25 +84,30 @@ class Launcher:
                         return proc.wait(timeout=seconds)
                     except subprocess.TimeoutExpired:
                         return None
-                return self._wait(proc.pid, wait)
+                return self._wait(proc.pid, wait, tick)
         self._ensure_server()
         proc = self.ctx.Process(target=_launched, args=(cmd, self.env, self.threads, str(out), str(err)))
         with _FORKSERVER_LOCK:  # Process.start() reads the exit status of every finished child: see _reap
             proc.start()
-        code = self._wait(proc.pid, lambda seconds: self._reap(proc, seconds))
+        code = self._wait(proc.pid, lambda seconds: self._reap(proc, seconds), tick)
         return code if code >= 0 else 128 - code
 
-    def _wait(self, pid: int, wait) -> int:
+    def _wait(self, pid: int, wait, tick: Optional[Callable[[], None]] = None) -> int:
         """The exit code of the command whose process group ``pid`` leads; ``wait(seconds)`` waits
         for it to end (None: still running).  The wait is sliced into seconds that re-read the
         deadline, so that a deadline a signal moved reaches a wait already under way (a command that
         ignores SIGTERM included); a command that the deadline stopped, or that ended with an error
         after a signal, is stopped with its group (:meth:`_stop`, which raises :class:`Deadline`)."""
         self._running.add(pid)
+        next_tick = time.time() + TICK
         try:
             while True:
                 left = self.left()
-                code = wait(1.0 if left is None else min(1.0, left))
+                until_tick = max(0.0, next_tick - time.time()) if tick is not None else 1.0
+                code = wait(min(1.0, until_tick) if left is None else min(1.0, until_tick, left))
+                if code is None and tick is not None and time.time() >= next_tick:
+                    tick()
+                    next_tick = time.time() + TICK
                 if code is not None:
                     if self.signalled and code:  # ended by the signal, not finished
                         self._stop(pid, wait, reaped=True)

@@ -38,6 +38,31 @@ def test_launcher_runs_the_command_with_its_argv_environment_and_exit_code(tmp_p
     assert "PROBE" not in os.environ  # the study's own environment is left as it was
 
 
+@pytest.mark.parametrize("fork", [True, False])
+def test_tick_is_called_while_the_command_runs_and_not_after(tmp_path, monkeypatch, fork):
+    """``run(..., tick=f)`` calls ``f`` every TICK seconds while the command runs (the study prunes a
+    curve run's epoch checkpoints so), and not once the command has ended."""
+    import os
+    import sys
+    import time
+
+    import fidelity_launcher as launcher_mod
+
+    monkeypatch.setattr(launcher_mod, "TICK", 0.3)
+    launcher = launcher_mod.Launcher(dict(os.environ), threads=1, fork=fork)
+    calls = []
+    script = tmp_path / "sleep.py"
+    script.write_text("import sys, time\ntime.sleep(float(sys.argv[1]))\n")
+    cmd = [sys.executable, script, "2.5"]
+    assert launcher.run(cmd, tmp_path / "out.txt", tick=lambda: calls.append(time.time())) == 0
+    ended, n = time.time(), len(calls)
+    assert n >= 3, calls  # about 2.5 s / 0.3 s, less the start
+    assert all(b - a >= 0.29 for a, b in zip(calls, calls[1:])), calls
+    time.sleep(0.7)
+    assert len(calls) == n and calls[-1] <= ended
+    assert launcher.run([sys.executable, script, "0"], tmp_path / "out.txt") == 0  # tick is optional
+
+
 def test_a_command_started_while_another_ends_does_not_steal_its_exit_code(tmp_path, monkeypatch):
     """Two study threads: one waits for its command to end while the other starts one.  A
     forkserver child's exit status is read once from a pipe, and ``Process.start()`` reads it for

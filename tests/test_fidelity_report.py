@@ -609,7 +609,7 @@ def _stopped_then_finished(work):
 
     segments = iter([launcher_mod.Deadline(), 0])
 
-    def segment(cmd, out, err=None):
+    def segment(cmd, out, err=None, tick=None):
         work(out)
         step = next(segments)
         if isinstance(step, Exception):
@@ -779,6 +779,65 @@ def test_curve_points_include_epoch_checkpoints_and_the_rest_are_pruned(tmp_path
     assert study.curve(save, every=4) == curve and len(evaluated) == 3  # cached: nothing evaluated again
     (save / "checkpoint3.pt").write_text("")  # a diverged run: nothing evaluated, pruned all the same
     assert study.curve(save, every=4, evaluate=False) == [] and not (save / "checkpoint3.pt").exists()
+
+
+def test_a_training_curve_run_keeps_only_its_newest_epochs_and_curve_points(tmp_path, monkeypatch):
+    """fairseq keeps every epoch checkpoint of a curve run (it cannot use --keep-last-epochs): 3.1 GB
+    a run after 2700 updates on the GPU preset.  While the run trains, the study deletes every
+    minute those that are neither among the 3 newest epochs (what the average of the last 3 by
+    update and the checkpoint being written need) nor on a curve point; each is loaded once to
+    read its update.  The training command gets that pruning as the launcher's tick."""
+    from pathlib import Path
+
+    import fidelity_plan as plan
+    import fidelity_runner as runner
+
+    save = tmp_path / "run"
+    save.mkdir()
+    updates = {f"checkpoint{e}.pt": 3 * e for e in range(1, 9)}  # epochs of 3 updates; 12 and 24 are curve points
+    for name in ["checkpoint_2_5.pt", "checkpoint_last.pt", "checkpoint_best.pt", *updates]:
+        (save / name).write_text("")
+    study = object.__new__(runner.Study)
+    loaded = []
+    study.updates_of = lambda ckpt: loaded.append(ckpt.name) or updates[ckpt.name]
+    study.prune_epochs(save, every=12, keep=3)
+    left = sorted(p.name for p in save.glob("checkpoint*.pt"))
+    assert left == sorted(["checkpoint_2_5.pt", "checkpoint_last.pt", "checkpoint_best.pt",
+                           "checkpoint4.pt", "checkpoint6.pt", "checkpoint7.pt", "checkpoint8.pt"]), left
+    assert sorted(loaded) == sorted(f"checkpoint{e}.pt" for e in range(1, 6))  # never the newest 3
+    (save / "checkpoint9.pt").write_text("")  # one more epoch (27 updates): checkpoint6 (18) goes now
+    updates["checkpoint9.pt"] = 27
+    study.prune_epochs(save, every=12, keep=3)
+    assert not (save / "checkpoint6.pt").exists() and (save / "checkpoint4.pt").exists()
+    assert loaded.count("checkpoint4.pt") == 1  # read once, then from the cache
+
+    # the training command runs with that pruning as its tick; a run without curve points, without
+    ticks = {}
+
+    class Launch:
+        threads = 1
+
+        def check(self):
+            pass
+
+        def run(self, cmd, out, err=None, tick=None):
+            ticks[Path(out).parent.name] = tick
+            raise runner.Deadline()
+
+    study = runner.Study.__new__(runner.Study)
+    study.launch = Launch()
+    monkeypatch.setattr(runner.Study, "result", lambda self, name, work_only=False: None)
+    monkeypatch.setattr(runner.Study, "train_command", lambda self, r: ["fairseq-train"])
+    monkeypatch.setattr(runner.Study, "_keep_partial", lambda self, *a: None)
+    pruned = []
+    monkeypatch.setattr(runner.Study, "prune_epochs", lambda self, save, every, keep: pruned.append((save.name, every, keep)))
+    for r in (plan.Run("conv-x", "conv-x", 1, [], curve_every=4), plan.Run("x", "x", 1, [])):
+        (tmp_path / r.name).mkdir()
+        with pytest.raises(runner.Deadline):
+            study._train(r, tmp_path / r.name)
+    assert ticks["x"] is None
+    ticks["conv-x"]()
+    assert pruned == [("conv-x", 4, 3)]
 
 
 def test_order_budget_counts_each_missing_run_once_in_its_first_step():
