@@ -70,7 +70,8 @@ class Launcher:
             tick: Optional[Callable[[], None]] = None) -> int:
         """Run ``cmd``, appending its stdout to ``out`` and its stderr to ``err`` (default: ``out``);
         returns the exit code.  ``tick()`` is called every :data:`TICK` seconds while the command
-        runs (the study prunes a curve run's epoch checkpoints with it)."""
+        runs and no deadline or signal is stopping it (the study prunes a curve run's epoch
+        checkpoints with it); an exception in it is printed, and the command goes on."""
         cmd = [str(c) for c in cmd]
         err = err or out
         self.check()
@@ -105,8 +106,13 @@ class Launcher:
                 left = self.left()
                 until_tick = max(0.0, next_tick - time.time()) if tick is not None else 1.0
                 code = wait(min(1.0, until_tick) if left is None else min(1.0, until_tick, left))
-                if code is None and tick is not None and time.time() >= next_tick:
-                    tick()
+                if (code is None and tick is not None and time.time() >= next_tick
+                        and not self.signalled and self.left() != 0.0):  # stopping comes first
+                    try:
+                        tick()
+                    except Exception as e:  # housekeeping: it never leaves the command unwatched
+                        print(f"[launcher] tick failed ({type(e).__name__}: {e}); the command goes on",
+                              file=sys.stderr, flush=True)
                     next_tick = time.time() + TICK
                 if code is not None:
                     if self.signalled and code:  # ended by the signal, not finished

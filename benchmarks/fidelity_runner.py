@@ -140,8 +140,9 @@ class Study:
                # fairseq saves no interval checkpoint at an epoch's end (it is an epoch checkpoint
                # then): keep the newest epoch checkpoint so that the last 3 by update are all there.
                # A curve run keeps them all: an epoch's end on a curve point is saved only as an epoch
-               # checkpoint (the CPU corpus has 200-update epochs: every 800th update is one); curve()
-               # deletes those that are no curve point once it has evaluated the run
+               # checkpoint (the CPU corpus has 200-update epochs: every 800th update is one);
+               # prune_epochs deletes those that are no curve point, but for the 3 newest while the
+               # run trains and the newest once curve() has evaluated it
                *([] if r.curve_every else ["--keep-last-epochs", "1"]),
                "--log-format", "json", "--log-interval", str(max(1, p.save_every // 5)),
                "--num-workers", "0", "--skip-invalid-size-inputs-valid-test", *p.extra]

@@ -62,6 +62,13 @@ def test_tick_is_called_while_the_command_runs_and_not_after(tmp_path, monkeypat
     assert len(calls) == n and calls[-1] <= ended
     assert launcher.run([sys.executable, script, "0"], tmp_path / "out.txt") == 0  # tick is optional
 
+    def failing():  # a tick that fails is reported; the command is still watched to its end
+        calls.append(time.time())
+        raise PermissionError("checkpoint3.pt")
+    del calls[:]
+    assert launcher.run([sys.executable, script, "1.2"], tmp_path / "out.txt", tick=failing) == 0
+    assert len(calls) >= 2, calls
+
 
 def test_a_command_started_while_another_ends_does_not_steal_its_exit_code(tmp_path, monkeypatch):
     """Two study threads: one waits for its command to end while the other starts one.  A
