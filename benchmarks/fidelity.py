@@ -123,6 +123,10 @@ def main(argv=None):
                          "of the paired bootstrap (the first round's): a run that reproduces its record "
                          "(deterministic training) adds them to it; one that does not is kept as "
                          "<run>.rebuilt.json and the record stays")
+    ap.add_argument("--cuda", action="store_true",
+                    help="train and evaluate a float32 preset (cpu) on the GPU: the same commands without "
+                         "--cpu, TensorFloat-32 off (NVIDIA_TF32_OVERRIDE=0); each record says so "
+                         "(machine.device: cuda) and its seconds stay out of the status line's CPU budget")
     ap.add_argument("--deadline-minutes", type=float, metavar="M",
                     help="stop after M minutes of wall time (the running commands are stopped, the report is "
                          "written, exit code 3); the same command resumes. For machines lent by the 10 minutes. "
@@ -153,10 +157,15 @@ def main(argv=None):
             if not any(fnmatch.fnmatchcase(n, pat) for n in names):
                 ap.error(f"--runs {pat!r} matches none of the study's {len(names)} planned runs "
                          f"(e.g. {', '.join(names[:3])}; docs/fidelity.md's status line lists those not yet run)")
+    if a.cuda and not a.report_only:
+        import torch
+
+        if not torch.cuda.is_available():
+            ap.error("--cuda: torch sees no CUDA device here (torch.cuda.is_available() is False)")
     if not a.report_only:
         data, tok = prepare(p, work)
         study = Study(p, work, data, tok, a.threads, a.order == "short-first", fork=not a.exec, deadline=deadline,
-                      records=records, select=a.runs, add_statistics=a.add_statistics)
+                      records=records, select=a.runs, add_statistics=a.add_statistics, cuda=a.cuda)
         try:
             with study.launch.stopping_on_signals():  # kill or Ctrl-C: as the deadline, now
                 run_study(study, p, a.only, a.seeds, a.jobs)

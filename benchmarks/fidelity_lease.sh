@@ -12,9 +12,10 @@
 #                                                          # --runs PATTERN) in the background, stopped at MINUTES
 #   bash benchmarks/fidelity_lease.sh status               # updates per run
 #   bash benchmarks/fidelity_lease.sh pause RUN...         # SIGSTOP runs that cannot finish in the lease
-#   bash benchmarks/fidelity_lease.sh collect              # records + logs (no checkpoints) -> $OUT/gpu.tgz
+#   bash benchmarks/fidelity_lease.sh collect              # new records + logs (no checkpoints) -> $OUT/<preset>.tgz
 #   # back here: tar xzf gpu.tgz; copy work/gpu-records/*.json to benchmarks/results/fidelity/gpu/, and
 #   # work/gpu-records/partial/*.json (the valid curves of the runs the deadline stopped) to its partial/
+#   # (FIDELITY_PRESET=cpu, exported before setup: tar xzf cpu.tgz writes the records where they belong)
 #
 # The records are written to work/gpu-records (ignored), not into the repository's records
 # directory, because each call re-sends the working tree.  A run that has not finished when the
@@ -24,16 +25,22 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-WORK=${FIDELITY_WORK:-work/fidelity/gpu}  # the preset's work directory (a test points it elsewhere)
-LOG=${FIDELITY_LOG:-work/gpu.log}
-RECORDS=${FIDELITY_RECORDS:-work/gpu-records}
+# FIDELITY_PRESET=cpu: the CPU preset's float32 runs on the lent GPU (fidelity.py --cuda), for the
+# runs that a 2-core machine needs hours for.  Its records are written where the repository keeps
+# them (the runs of phases 2 and 3 need the finished ones to be planned), and collect brings back
+# those the launch wrote.
+PRESET=${FIDELITY_PRESET:-gpu}
+WORK=${FIDELITY_WORK:-work/fidelity/$PRESET}  # the preset's work directory (a test points it elsewhere)
+LOG=${FIDELITY_LOG:-work/$PRESET.log}
+if [[ $PRESET == gpu ]]; then RECORDS=${FIDELITY_RECORDS:-work/gpu-records}; CUDA=()
+else RECORDS=${FIDELITY_RECORDS:-benchmarks/results/fidelity/$PRESET}; CUDA=(--cuda); fi
 PY=${PYTHON:-python3}
 
 case "${1:-}" in
   pack)
     PY=${PYTHON:-.venv/bin/python}
     [[ -d work/evidence-corpus/en-de ]] || "$PY" scripts/build_evidence_corpus.py --download
-    "$PY" benchmarks/fidelity.py --preset gpu --work-dir "$WORK" --records benchmarks/results/fidelity/gpu --prepare-only
+    "$PY" benchmarks/fidelity.py --preset "$PRESET" --work-dir "$WORK" --records "benchmarks/results/fidelity/$PRESET" --prepare-only
     for d in /.whl/ /.gpucarry/; do grep -qxF "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude; done
     rm -rf .gpucarry && mkdir -p .gpucarry/tok
     cp -a "$WORK/data-bin" .gpucarry/
@@ -53,8 +60,11 @@ case "${1:-}" in
     "$PY" -W ignore -c "import torch, fairseq, deepnmt_fairseq; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'fairseq', fairseq.__version__)" ;;
   launch)
     jobs=${2:?JOBS}; minutes=${3:?MINUTES}; shift 3
-    (PYTHONUNBUFFERED=1 setsid nohup "$PY" -W ignore benchmarks/fidelity.py --preset gpu --jobs "$jobs" \
-       --order short-first --deadline-minutes "$minutes" --records "$RECORDS" ${1:+--runs "$@"} \
+    # without the carried data each launch would build it, and two launches at once collide
+    [[ -e $WORK/data-bin/.done ]] || { echo "no data in $WORK/data-bin: run setup with the same FIDELITY_PRESET ($PRESET)" >&2; exit 2; }
+    mkdir -p "$RECORDS" && touch "$RECORDS/.launched"  # collect: what this launch recorded
+    (PYTHONUNBUFFERED=1 setsid nohup "$PY" -W ignore benchmarks/fidelity.py --preset "$PRESET" "${CUDA[@]}" \
+       --jobs "$jobs" --order short-first --deadline-minutes "$minutes" --records "$RECORDS" ${1:+--runs "$@"} \
        --report "$WORK/report.md" > "$LOG" 2>&1 < /dev/null &)
     echo "started: tail $LOG" ;;
   status)
@@ -75,8 +85,14 @@ case "${1:-}" in
     # no checkpoint: neither the saved ones (*.pt) nor the one fairseq is writing when the deadline
     # stops it (.checkpoint_last.pt.<random>.tmp, 150 MB for a 6-layer run: it once pushed the
     # archive past the 16 MiB a file the lent machine sends back)
-    tar czf "${OUT:?OUT: where the archive goes}/gpu.tgz" --exclude='*.pt' --exclude='*.pt.*' "$LOG" "$RECORDS" "$WORK/runs"
-    ls -l "$OUT/gpu.tgz"; ls "$RECORDS" ;;
+    # and of the records, those the launch wrote (the cpu preset's directory holds the committed ones)
+    if [[ -e $RECORDS/.launched ]]; then find "$RECORDS" -name '*.json' -newer "$RECORDS/.launched"
+    else find "$RECORDS" -name '*.json'; fi > "$WORK/.collect"
+    # the runs' logs unpack into <work>/lease-runs, not runs/: a run dir with a log and .elapsed but no
+    # checkpoint would make the run here count the lease's seconds as its own
+    tar czf "${OUT:?OUT: where the archive goes}/$PRESET.tgz" --exclude='*.pt' --exclude='*.pt.*' \
+      --transform 's,\(^\|/\)runs/,\1lease-runs/,' "$LOG" -T "$WORK/.collect" "$WORK/runs"
+    ls -l "$OUT/$PRESET.tgz"; cat "$WORK/.collect" ;;
   *)
     sed -n '2,22p' "$0"; exit 2 ;;
 esac

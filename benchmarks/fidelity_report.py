@@ -327,7 +327,8 @@ def _plot_depth(systems, p, path: Path) -> None:
 def remaining_hours(p, missing: List[str], results: Dict[str, dict]) -> float:
     """Core-hours of the missing runs, each at its update cap (:func:`fidelity_plan.run_updates`) and
     the median seconds per update of the finished runs with the same encoder depth (all finished
-    runs when none has it), plus 60 s of evaluation (and 40 s per curve point: no train sample)."""
+    runs when none has it), plus 60 s of evaluation (and 40 s per curve point: no train sample).
+    Runs that ``--cuda`` moved to a GPU (``machine.device``) do not set the rate."""
     import re
 
     def depth(name):
@@ -337,7 +338,7 @@ def remaining_hours(p, missing: List[str], results: Dict[str, dict]) -> float:
     rate: Dict[Optional[int], List[float]] = {}
     for n, r in results.items():
         steps = r.get("losses")[-1][0] if r.get("losses") else None
-        if r.get("train_seconds") and steps:
+        if r.get("train_seconds") and steps and (r.get("machine") or {}).get("device") != "cuda":
             rate.setdefault(depth(n), []).append(r["train_seconds"] / steps)
     every = [x for xs in rate.values() for x in xs]
     if not every:

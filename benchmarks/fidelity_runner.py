@@ -49,8 +49,12 @@ def load_quickstart():
 class Study:
     def __init__(self, preset: Preset, work: Path, data: Path, raw: Path, threads: int = 1,
                  short_first: bool = False, fork: bool = True, deadline: Optional[float] = None,
-                 records: Optional[Path] = None, select: Sequence[str] = (), add_statistics: bool = False):
+                 records: Optional[Path] = None, select: Sequence[str] = (), add_statistics: bool = False,
+                 cuda: bool = False):
         self.p, self.work, self.data, self.raw, self.records = preset, work, data, raw, records
+        # --cuda: a float32 preset's commands on the GPU (without --cpu); the records say so
+        # (machine.device), and their seconds are left out of the CPU budget (remaining_hours)
+        self.cuda = cuda
         # --add-statistics: the selected runs recorded without sentence statistics are trained again
         self.add_statistics = add_statistics
         self.short_first = short_first
@@ -60,6 +64,8 @@ class Study:
         # better as separate processes than as intra-op threads
         self.env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                         PYTHONUNBUFFERED="1")
+        if cuda:  # float32 as on the CPU: no TensorFloat-32 in cuBLAS or cuDNN, whatever torch allows
+            self.env["NVIDIA_TF32_OVERRIDE"] = "0"
         from deepnmt_fairseq.console import child_env
 
         self.env = child_env(self.env)
@@ -145,9 +151,7 @@ class Study:
                # run trains and the newest once curve() has evaluated it
                *([] if r.curve_every else ["--keep-last-epochs", "1"]),
                "--log-format", "json", "--log-interval", str(max(1, p.save_every // 5)),
-               "--num-workers", "0", "--skip-invalid-size-inputs-valid-test", *p.extra]
-        if "--bf16" not in p.extra and "--fp16" not in p.extra:
-            cmd.append("--cpu")
+               "--num-workers", "0", "--skip-invalid-size-inputs-valid-test", *p.extra, *self.device()]
         if r.early_stop:
             cmd += ["--validate-interval-updates", str(p.valid_every),
                     "--patience", str(r.patience if r.patience is not None else p.patience),
@@ -211,7 +215,7 @@ class Study:
         out = {"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd), "returncode": 0,
                "train_seconds": float((save / ".trained").read_text()), "losses": losses,
                "final_train_loss": final_loss(losses),
-               "diverged": not losses or not math.isfinite(losses[-1][1]), "machine": machine(self.launch.threads)}
+               "diverged": not losses or not math.isfinite(losses[-1][1]), "machine": self.machine()}
         if not out["diverged"]:
             avg = save / "checkpoint_avg.pt"  # the last 3 checkpoints averaged (by fidelity_eval.py)
             out.update(self.evaluate(avg, r.unk_gap, average_dir=save))
@@ -294,7 +298,7 @@ class Study:
         if out is None or path is None:
             return
         out.update({"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd),
-                    "train_seconds": round(seconds, 1), "machine": machine(self.launch.threads)})
+                    "train_seconds": round(seconds, 1), "machine": self.machine()})
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(out, indent=1) + "\n")
         log(f"  {r.name}: stopped unfinished at {out['updates']} updates; kept {path}")
@@ -348,7 +352,12 @@ class Study:
             raise RuntimeError(f"{_portable([str(c) for c in cmd])} failed:\n{text[-3000:]}")
 
     def device(self) -> List[str]:
-        return [] if ("--bf16" in self.p.extra or "--fp16" in self.p.extra) else ["--cpu"]
+        """``--cpu`` for the float32 presets, unless ``--cuda`` moves them to the GPU."""
+        return [] if (self.cuda or "--bf16" in self.p.extra or "--fp16" in self.p.extra) else ["--cpu"]
+
+    def machine(self) -> Dict[str, object]:
+        """:func:`machine`, with ``device: cuda`` for a run that ``--cuda`` moved to the GPU."""
+        return machine(self.launch.threads, cuda=self.cuda)
 
     # ---------------------------------------------------------------- scheduling
     def run_all(self, runs: Sequence[Run], jobs: int) -> Dict[str, dict]:
@@ -520,7 +529,7 @@ def final_loss(losses: List[Tuple[int, float]]) -> float:
     return round(statistics.fmean(v for _, v in losses[-5:]), 3) if losses else math.nan
 
 
-def machine(threads: Optional[int] = None) -> Dict[str, object]:
+def machine(threads: Optional[int] = None, cuda: bool = False) -> Dict[str, object]:
     """What a run's floating-point results depend on beyond its command: torch's version, the CPU and the
     kernels torch picks for it, the GPU.  One seeded command gives the same losses on one kind of machine;
     kernels for another instruction set may round differently, and the runs then drift apart.  With
@@ -539,6 +548,8 @@ def machine(threads: Optional[int] = None) -> Dict[str, object]:
         out["gpu"] = torch.cuda.get_device_name()
     if threads is not None:
         out["threads"] = threads
+    if cuda:  # a float32 preset trained and evaluated on the GPU (--cuda), not on this CPU
+        out["device"] = "cuda"
     return out
 
 

@@ -309,6 +309,39 @@ def test_post_norm_runs_use_the_presets_post_norm_schedule(tmp_path):
     assert {"postnorm", "transparent-post"} <= seen
 
 
+def test_cuda_moves_a_float32_presets_commands_to_the_gpu_and_its_seconds_out_of_the_budget(tmp_path):
+    """``--cuda`` (the cpu preset on a lent GPU): the same training and evaluation commands without
+    ``--cpu``, TensorFloat-32 off, the records marked ``machine.device: cuda``; the status line's CPU
+    budget is not set by their (GPU) seconds per update."""
+    import shlex
+
+    import fidelity_plan as plan
+    import fidelity_report
+    import fidelity_runner as runner
+
+    p = plan.PRESETS["cpu"]
+    run = plan.depth_runs(p, [1])[0]
+    cpu = runner.Study(p, tmp_path, tmp_path / "bin", tmp_path / "tok", fork=False)
+    gpu = runner.Study(p, tmp_path, tmp_path / "bin", tmp_path / "tok", fork=False, cuda=True)
+    on_cpu = shlex.split(runner._portable(cpu.train_command(run)))
+    on_gpu = shlex.split(runner._portable(gpu.train_command(run)))
+    assert "--cpu" in on_cpu and [a for a in on_cpu if a != "--cpu"] == on_gpu
+    assert "--cpu" in cpu.eval_command(tmp_path / "c.pt", False) and "--cpu" not in gpu.eval_command(tmp_path / "c.pt", False)
+    assert gpu.env["NVIDIA_TF32_OVERRIDE"] == "0" and "NVIDIA_TF32_OVERRIDE" not in cpu.env
+    assert gpu.machine()["device"] == "cuda" and "device" not in cpu.machine()
+
+    def rec(seconds, device=None):
+        return {"train_seconds": seconds, "losses": [[1000, 5.0]],
+                "machine": {"cpu": "x", **({"device": device} if device else {})}}
+
+    missing = ["conv-prenorm-24-s2"]
+    cpu_only = fidelity_report.remaining_hours(p, missing, {"conv-prenorm-24-s1": rec(1000.0)})
+    both = fidelity_report.remaining_hours(p, missing, {"conv-prenorm-24-s1": rec(1000.0),
+                                                        "conv-dlcl-24-s1": rec(10.0, "cuda"),
+                                                        "conv-msc-24-s1": rec(10.0, "cuda")})
+    assert cpu_only == both > 0
+
+
 class _RecordingStudy:
     """A Study that trains nothing: every run "finishes" with the test BLEU ``bleu(run)``, and the
     names it was asked to train are recorded (the scheduling of the third seed, without fairseq)."""
@@ -569,6 +602,30 @@ def test_lease_collect_brings_back_records_and_logs_but_no_checkpoint(tmp_path):
         names = {Path(n).name for n in tar.getnames()}
     assert {"gpu.log", "train.log", "conv-prenorm-6-s1.json"} <= names, names
     assert not any(".pt" in n for n in names), names
+
+    # FIDELITY_PRESET=cpu (fidelity.py --cuda): the records directory holds the committed records too;
+    # only those written after the launch (its stamp) come back, into cpu.tgz
+    (records / "conv-dlcl-24-s1.json").write_text("{}")  # committed
+    (records / ".launched").touch()
+    (records / "conv-postnorm-24-s2.json").write_text("{}")  # written by the launch
+    os.utime(records / "conv-dlcl-24-s1.json", (1e9, 1e9))
+    os.utime(records / "partial" / "conv-prenorm-6-s1.json", (1e9, 1e9))
+    os.utime(records / "conv-postnorm-24-s2.json", (4e9, 4e9))
+    subprocess.run(["bash", str(script), "collect"], env=dict(env, FIDELITY_PRESET="cpu"), capture_output=True,
+                   text=True, check=True)
+    with tarfile.open(out / "cpu.tgz") as tar:
+        paths = tar.getnames()
+    names = {Path(n).name for n in paths}
+    assert {"gpu.log", "train.log", "conv-postnorm-24-s2.json"} <= names, names
+    assert not names & {"conv-dlcl-24-s1.json", "conv-prenorm-6-s1.json"}, names
+    # the runs' logs unpack beside the work directory's runs/, never into it
+    assert [n for n in paths if n.endswith("train.log")] == [
+        str(tmp_path / "lease-runs" / "conv-prenorm-6-s1" / "train.log").lstrip("/")], paths
+
+    # launch refuses a work directory without the carried data (setup run for another preset)
+    res = subprocess.run(["bash", str(script), "launch", "1", "1"], env=dict(env, FIDELITY_PRESET="cpu"),
+                         capture_output=True, text=True)
+    assert res.returncode == 2 and "run setup with the same FIDELITY_PRESET (cpu)" in res.stderr
 
 
 def test_prepare_only_builds_the_data_and_trains_nothing(tmp_path):
