@@ -17,8 +17,9 @@
 #   # work/gpu-records/partial/*.json (the valid curves of the runs the deadline stopped) to its partial/
 #   # (FIDELITY_PRESET=cpu, exported before setup: tar xzf cpu.tgz writes the records where they belong)
 #
-# The records are written to work/gpu-records (ignored), not into the repository's records
-# directory, because each call re-sends the working tree.  A run that has not finished when the
+# The GPU preset's records are written to work/gpu-records (ignored), not into the repository's
+# records directory, because each call re-sends the working tree (the cpu preset's go into its
+# records directory, and collect brings back only those written after the launch).  A run that has not finished when the
 # lease ends is lost with its checkpoints (they are too large to bring back), so launch only as many
 # runs as can finish: measured on an H100 (docs/fidelity.md), 12 six-layer runs at once train at
 # 4.7 updates/s each, 4 at once at about 9.
@@ -91,7 +92,7 @@ case "${1:-}" in
     # the runs' logs unpack into <work>/lease-runs, not runs/: a run dir with a log and .elapsed but no
     # checkpoint would make the run here count the lease's seconds as its own
     tar czf "${OUT:?OUT: where the archive goes}/$PRESET.tgz" --exclude='*.pt' --exclude='*.pt.*' \
-      --transform 's,\(^\|/\)runs/,\1lease-runs/,' "$LOG" -T "$WORK/.collect" "$WORK/runs"
+      --transform 's,\(^\|/\)runs\(/\|$\),\1lease-runs\2,' "$LOG" -T "$WORK/.collect" "$WORK/runs"
     ls -l "$OUT/$PRESET.tgz"; cat "$WORK/.collect" ;;
   *)
     sed -n '2,22p' "$0"; exit 2 ;;

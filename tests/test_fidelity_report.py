@@ -584,6 +584,7 @@ def test_lease_collect_brings_back_records_and_logs_but_no_checkpoint(tmp_path):
     import os
     import subprocess
     import tarfile
+    import time
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "fidelity_lease.sh"
@@ -626,6 +627,24 @@ def test_lease_collect_brings_back_records_and_logs_but_no_checkpoint(tmp_path):
     res = subprocess.run(["bash", str(script), "launch", "1", "1"], env=dict(env, FIDELITY_PRESET="cpu"),
                          capture_output=True, text=True)
     assert res.returncode == 2 and "run setup with the same FIDELITY_PRESET (cpu)" in res.stderr
+    # with the data there, it starts the study: the cpu preset with --cuda, the gpu preset without
+    (tmp_path / "data-bin").mkdir()
+    (tmp_path / "data-bin" / ".done").touch()
+    fake = tmp_path / "python"
+    fake.write_text('#!/bin/sh\necho "$@" > "$FIDELITY_ARGS"\n')
+    fake.chmod(0o755)
+    for preset, cuda in (("cpu", True), ("gpu", False)):
+        args = tmp_path / f"args-{preset}"
+        subprocess.run(["bash", str(script), "launch", "3", "8.5", "conv-deepnorm-24-s*"], check=True,
+                       capture_output=True, env=dict(env, FIDELITY_PRESET=preset, PYTHON=str(fake),
+                                                     FIDELITY_ARGS=str(args)))
+        for _ in range(100):  # launched in the background
+            if args.exists() and args.read_text():
+                break
+            time.sleep(0.05)
+        argv = args.read_text().split()
+        assert argv[argv.index("--preset") + 1] == preset and ("--cuda" in argv) == cuda, argv
+        assert argv[argv.index("--runs") + 1] == "conv-deepnorm-24-s*" and argv[argv.index("--jobs") + 1] == "3"
 
 
 def test_prepare_only_builds_the_data_and_trains_nothing(tmp_path):
@@ -932,7 +951,9 @@ def test_a_run_stopped_by_the_deadline_keeps_its_valid_curve_until_its_record_re
     p = plan.PRESETS["tiny"]
     records = tmp_path / "records"
     # --threads 3: kept in both records' machine (the speed of a 2-thread and a 1-thread run differ)
-    study = runner.Study(p, tmp_path, tmp_path / "no-data", tmp_path / "tok", threads=3, fork=False, records=records)
+    # --cuda: both records say where they ran (machine.device)
+    study = runner.Study(p, tmp_path, tmp_path / "no-data", tmp_path / "tok", threads=3, fork=False, records=records,
+                         cuda=True)
     study.evaluate = lambda *a, **k: {}
     run = plan.baseline(p, [1])[0]
 
@@ -952,7 +973,7 @@ def test_a_run_stopped_by_the_deadline_keeps_its_valid_curve_until_its_record_re
     assert part["unfinished"] and part["updates"] == 4 and part["updates_per_second"] == 5.25
     assert part["valid_log"] == [[2, 7.654], [4, 5.432]] and part["final_train_loss"] == 8.0
     assert part["command"].startswith("fairseq-train ") and part["system"] == run.system
-    assert part["machine"]["threads"] == 3
+    assert part["machine"]["threads"] == 3 and part["machine"]["device"] == "cuda"
 
     report = tmp_path / "report.md"
     fidelity_report.write_report({}, p, report, tmp_path, planned=[run.name], records=records)
@@ -964,7 +985,7 @@ def test_a_run_stopped_by_the_deadline_keeps_its_valid_curve_until_its_record_re
 
     out = study.train(run)  # resumed to the end: the record replaces the partial one
     assert out["returncode"] == 0 and not (records / "partial" / f"{run.name}.json").exists()
-    assert out["machine"]["threads"] == 3
+    assert out["machine"]["threads"] == 3 and out["machine"]["device"] == "cuda"
     fidelity_report.write_report(plan.finished(tmp_path, records), p, report, tmp_path, records=records)
     assert "## 1c. Unfinished runs" not in report.read_text()
 
@@ -1018,3 +1039,23 @@ def test_a_signal_to_the_study_command_writes_the_report_and_exits_128_plus_the_
     assert code == (0 if after == "finished" else 128 + signal.SIGTERM)
     assert started == [0.0] and report.exists()
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_the_cuda_flag_reaches_the_study_and_is_refused_without_a_gpu(tmp_path, monkeypatch):
+    """``fidelity.py --cuda`` builds the study with ``cuda=True`` (its commands without ``--cpu``);
+    where torch sees no CUDA device it stops with an error naming the flag, before any run."""
+    import torch
+
+    import fidelity
+
+    seen = []
+    monkeypatch.setattr(fidelity, "prepare", lambda p, work: (work / "data-bin", work / "tok"))
+    monkeypatch.setattr(fidelity, "run_study", lambda study, *a: seen.append(study.cuda))
+    argv = ["--preset", "tiny", "--work-dir", str(tmp_path / "work"), "--report", str(tmp_path / "r.md"), "--exec"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert fidelity.main(argv + ["--cuda"]) == 0 and fidelity.main(argv) == 0
+    assert seen == [True, False]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as e:
+        fidelity.main(argv + ["--cuda"])
+    assert e.value.code == 2 and seen == [True, False]
