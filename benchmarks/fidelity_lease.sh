@@ -22,7 +22,8 @@
 # records directory, and collect brings back only those written after the launch).  A run that has not finished when the
 # lease ends is lost with its checkpoints (they are too large to bring back), so launch only as many
 # runs as can finish: measured on an H100 (docs/fidelity.md), 12 six-layer runs at once train at
-# 4.7 updates/s each, 4 at once at about 9.
+# 4.7 updates/s each, 4 at once at about 9; the cpu preset's 24-layer runs, 5 at once on an H200,
+# at about 5.7 each (the small kernels keep the GPU busy), so none of those finishes in 8 minutes.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
