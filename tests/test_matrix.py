@@ -257,6 +257,12 @@ def _execute(kind, argv, out_path):
                     return
                 if kind == "train" and hasattr(checkpoint_utils.save_checkpoint, "best"):
                     del checkpoint_utils.save_checkpoint.best  # a fresh process has no best yet
+                if kind in ("generate", "validate"):
+                    # data loading in this process: in one long-lived interpreter, from the third
+                    # DataLoader with a worker process on, each call waited 5 s more (0.4 s of
+                    # work; measured 2026-11-28). The console scripts (test_real_cli_chain) keep
+                    # fairseq's default loader workers.
+                    argv = [*argv, "--num-workers", "0"]
                 sys.argv = [f"fairseq-{kind}", *argv]
                 try:
                     module.cli_main()
