@@ -735,6 +735,17 @@ def test_the_findings_live_in_the_cpu_report_and_the_gpu_report_points_to_them(t
     assert "- none yet: the systems compared with a baseline have not finished" in text["gpu"]
 
 
+def test_the_committed_cpu_report_embeds_the_committed_findings():
+    """The findings are edited by hand after the report is generated; a report committed without
+    `--report-only` after the edit would show readers the findings' previous text."""
+    import fidelity_report
+
+    report = fidelity_report.FINDINGS.parents[1] / "docs" / "fidelity.md"
+    assert fidelity_report.FINDINGS.read_text().strip() in report.read_text(), (
+        "docs/fidelity.md embeds an older benchmarks/fidelity_findings.md: run "
+        "`python benchmarks/fidelity.py --preset cpu --report-only`")
+
+
 def test_runs_selects_the_matching_planned_runs_in_the_patterns_order(tmp_path):
     """--runs trains only the runs whose names match, the first matching pattern deciding the
     order (every 12-layer system's seed 1 before any seed 2), whatever --order says."""
