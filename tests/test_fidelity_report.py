@@ -738,9 +738,10 @@ def test_the_findings_live_in_the_cpu_report_and_the_gpu_report_points_to_them(t
 def test_the_committed_cpu_report_embeds_the_committed_findings():
     """The findings are edited by hand after the report is generated; a report committed without
     `--report-only` after the edit would show readers the findings' previous text."""
+    import fidelity_plan as plan
     import fidelity_report
 
-    report = fidelity_report.FINDINGS.parents[1] / "docs" / "fidelity.md"
+    report = plan.outputs("cpu", None, None, None)[2]
     assert fidelity_report.FINDINGS.read_text().strip() in report.read_text(), (
         "docs/fidelity.md embeds an older benchmarks/fidelity_findings.md: run "
         "`python benchmarks/fidelity.py --preset cpu --report-only`")
