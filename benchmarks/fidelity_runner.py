@@ -192,6 +192,11 @@ class Study:
         t0 = time.time()
         if not (save / ".trained").exists():
             log(f"train {r.name}")
+            part = partial_path(self.records, r.name)
+            if part is not None and part.exists() and not (save / "checkpoint_last.pt").exists():
+                log(f"  {r.name}: its partial record ({json.loads(part.read_text()).get('updates')} updates) has no "
+                    f"checkpoint in {save} (a new machine or work directory): it trains from update 0, and the "
+                    "record stays until this run passes it")
             # a curve run keeps its epoch checkpoints while it trains; those that can no longer be
             # a curve point or among the last 3 go every minute (prune_epochs), not only at the end
             tick = (lambda: self.prune_epochs(save, r.curve_every, keep=3)) if r.curve_every else None
@@ -292,10 +297,17 @@ class Study:
         """Record a run stopped by ``--deadline-minutes`` before it finished (:func:`partial_record`)
         as ``<records>/partial/<run>.json``, so that a machine lent for a few minutes, whose checkpoints
         are lost with it, brings back at least the run's validation curve; the finished run's record
-        replaces it (:meth:`_save`)."""
+        replaces it (:meth:`_save`).  A partial record further on than this segment (kept by an earlier
+        machine whose checkpoints this work directory lacks) is never overwritten by it."""
         out = partial_record(save / "train.log")
         path = partial_path(self.records, r.name)
         if out is None or path is None:
+            return
+        before = json.loads(path.read_text()) if path.exists() else {}
+        if (before.get("updates") or 0) > out["updates"]:  # a segment that restarted without the checkpoints
+            log(f"  {r.name}: stopped unfinished at {out['updates']} updates, behind its partial record "
+                f"({before['updates']} updates, from checkpoints this work directory lacks): the record stays; "
+                f"this segment resumes from {save}")
             return
         out.update({"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd),
                     "train_seconds": round(seconds, 1), "machine": self.machine()})

@@ -1002,6 +1002,42 @@ def test_a_run_stopped_by_the_deadline_keeps_its_valid_curve_until_its_record_re
     assert "## 1c. Unfinished runs" not in report.read_text()
 
 
+def test_a_segment_that_restarted_without_the_checkpoints_never_overwrites_a_further_partial_record(
+        tmp_path, capsys):
+    """A new machine (a fresh work directory) lacks the checkpoints of a run that an earlier machine
+    stopped part-way: the run trains from update 0, says so, and its partial record (further on) is
+    kept when this segment stops behind it; a segment that passes it replaces it."""
+    import fidelity_launcher as launcher_mod
+    import fidelity_plan as plan
+    import fidelity_runner as runner
+
+    p = plan.PRESETS["tiny"]
+    records = tmp_path / "records"
+    run = plan.baseline(p, [1])[0]
+
+    def log_of(*updates):
+        return "".join(f"2026-11-29 08:00:00 | INFO | train_inner | "
+                       f"{json.dumps({'epoch': 1, 'loss': '7.0', 'ups': '1.0', 'num_updates': str(u)})}\n"
+                       for u in updates)
+
+    def segment(work, text):
+        study = runner.Study(p, tmp_path / work, tmp_path / "no-data", tmp_path / "tok", threads=1, fork=False,
+                             records=records)
+        study.launch.run = _stopped_then_finished(lambda out: Path(out).write_text(text))
+        with pytest.raises(launcher_mod.Deadline):
+            study.train(run)
+        return json.loads((records / "partial" / f"{run.name}.json").read_text())
+
+    assert segment("machine-1", log_of(2, 4, 6))["updates"] == 6
+    capsys.readouterr()
+    assert segment("machine-2", log_of(2))["updates"] == 6  # behind: the further record stays
+    err = capsys.readouterr()
+    said = err.out + err.err
+    assert "its partial record (6 updates) has no checkpoint" in said and "trains from update 0" in said
+    assert "behind its partial record (6 updates" in said
+    assert segment("machine-3", log_of(2, 4, 6, 8))["updates"] == 8  # passes it: replaced
+
+
 def test_the_status_line_names_finished_records_the_plan_no_longer_holds(tmp_path):
     """The header counts every record, the status line the planned ones: a record outside the plan
     (e.g. of a deep-decoder depth the valid-set choice no longer picks) is named, so the two counts agree."""
