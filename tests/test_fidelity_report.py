@@ -914,6 +914,7 @@ def test_a_training_curve_run_keeps_only_its_newest_epochs_and_curve_points(tmp_
 
     study = runner.Study.__new__(runner.Study)
     study.launch = Launch()
+    study.records = None  # no records directory: no partial record to look for
     monkeypatch.setattr(runner.Study, "result", lambda self, name, work_only=False: None)
     monkeypatch.setattr(runner.Study, "train_command", lambda self, r: ["fairseq-train"])
     monkeypatch.setattr(runner.Study, "_keep_partial", lambda self, *a: None)
