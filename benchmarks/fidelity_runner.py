@@ -192,9 +192,9 @@ class Study:
         t0 = time.time()
         if not (save / ".trained").exists():
             log(f"train {r.name}")
-            part = partial_path(self.records, r.name)
-            if part is not None and part.exists() and not (save / "checkpoint_last.pt").exists():
-                log(f"  {r.name}: its partial record ({json.loads(part.read_text()).get('updates')} updates) has no "
+            kept = _partial_updates(partial_path(self.records, r.name))
+            if kept and not (save / "checkpoint_last.pt").exists():
+                log(f"  {r.name}: its partial record ({kept} updates) has no "
                     f"checkpoint in {save} (a new machine or work directory): it trains from update 0, and the "
                     "record stays until this run passes it")
             # a curve run keeps its epoch checkpoints while it trains; those that can no longer be
@@ -303,16 +303,18 @@ class Study:
         path = partial_path(self.records, r.name)
         if out is None or path is None:
             return
-        before = json.loads(path.read_text()) if path.exists() else {}
-        if (before.get("updates") or 0) > out["updates"]:  # a segment that restarted without the checkpoints
+        before = _partial_updates(path)
+        if before > out["updates"]:  # a segment that restarted without the checkpoints
             log(f"  {r.name}: stopped unfinished at {out['updates']} updates, behind its partial record "
-                f"({before['updates']} updates, from checkpoints this work directory lacks): the record stays; "
+                f"({before} updates, from checkpoints this work directory lacks): the record stays; "
                 f"this segment resumes from {save}")
             return
         out.update({"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd),
                     "train_seconds": round(seconds, 1), "machine": self.machine()})
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(out, indent=1) + "\n")
+        tmp = path.with_name(f".{path.name}.tmp")  # a stop while writing never leaves half a record
+        tmp.write_text(json.dumps(out, indent=1) + "\n")
+        tmp.replace(path)
         log(f"  {r.name}: stopped unfinished at {out['updates']} updates; kept {path}")
 
     @staticmethod
@@ -534,6 +536,15 @@ def partial_record(log_file: Path) -> Optional[dict]:
     return {"unfinished": True, "updates": losses[-1][0], "final_train_loss": final_loss(losses),
             "updates_per_second": ups[-1][1] if ups else None,
             "valid_log": [[u, round(v, 3)] for u, v in valid]}
+
+
+def _partial_updates(path: Optional[Path]) -> int:
+    """The updates a partial record (:meth:`Study._keep_partial`) reached; 0 where there is none, or it
+    cannot be read (then any new partial record may replace it)."""
+    try:
+        return int(json.loads(path.read_text()).get("updates") or 0) if path is not None else 0
+    except (OSError, ValueError, AttributeError):
+        return 0
 
 
 def final_loss(losses: List[Tuple[int, float]]) -> float:

@@ -1037,6 +1037,9 @@ def test_a_segment_that_restarted_without_the_checkpoints_never_overwrites_a_fur
     assert "its partial record (6 updates) has no checkpoint" in said and "trains from update 0" in said
     assert "behind its partial record (6 updates" in said
     assert segment("machine-3", log_of(2, 4, 6, 8))["updates"] == 8  # passes it: replaced
+    (records / "partial" / f"{run.name}.json").write_text('{"unfinished": tr')  # cut short by a kill
+    assert segment("machine-4", log_of(2))["updates"] == 2  # an unreadable record is replaced, no crash
+    assert not list((records / "partial").glob(".*.tmp"))  # written whole (a temporary file, renamed)
 
 
 def test_the_status_line_names_finished_records_the_plan_no_longer_holds(tmp_path):
