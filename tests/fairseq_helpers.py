@@ -39,8 +39,14 @@ def make_parallel_text(path: Path, n_train=120, n_valid=12, n_test=10, seed=1):
     return path
 
 
-def run_cli(cmd, *args, check=True, env=None, timeout=600, cwd=None):
-    """Run a console script of the current environment; returns CompletedProcess."""
+def run_cli(cmd, *args, check=True, env=None, timeout=600, cwd=None, fork=None):
+    """Run a console script of the current environment; returns CompletedProcess.
+
+    fairseq-train, -generate, -preprocess and -validate are forked from the tests' warm interpreter
+    of that script (tests/cli_zygote.py: its imports done once, about 6 CPU-seconds saved per
+    command), unless ``fork=False``, the command's start-up environment differs from the warm
+    interpreter's, or ``DEEPNMT_TEST_FORK=0``: then, as every other command, a fresh process.  A test of what a
+    command does at interpreter start-up (its import-time warnings) passes ``fork=False``."""
     exe = Path(sys.executable).with_name(cmd)
     full = [str(exe) if exe.exists() else cmd, *map(str, args)]
     e = dict(os.environ)
@@ -48,7 +54,22 @@ def run_cli(cmd, *args, check=True, env=None, timeout=600, cwd=None):
     e.setdefault("MKL_NUM_THREADS", "1")
     if env:
         e.update(env)
-    res = subprocess.run(full, capture_output=True, text=True, env=e, timeout=timeout, cwd=cwd)
+    res = None
+    if fork is not False and os.environ.get("DEEPNMT_TEST_FORK", "1") != "0":
+        import tempfile
+
+        import cli_zygote
+
+        base = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **os.environ}  # started without a call's own env
+        zygote = cli_zygote.get(full, base)
+        if zygote is not None and zygote.can_run(e) and zygote.lock.acquire(blocking=False):
+            try:
+                with tempfile.TemporaryDirectory(prefix="run-cli-") as tmp:
+                    res = zygote.run(full, e, cwd, timeout, Path(tmp))
+            finally:
+                zygote.lock.release()
+    if res is None:
+        res = subprocess.run(full, capture_output=True, text=True, env=e, timeout=timeout, cwd=cwd)
     if check and res.returncode != 0:
         raise AssertionError(
             f"{' '.join(full)} failed ({res.returncode}):\n{res.stdout[-4000:]}\n{res.stderr[-6000:]}"
@@ -95,11 +116,11 @@ def train(data_bin: Path, save_dir: Path, arch: str, extra=(), max_update=3, cri
     return run_cli("fairseq-train", *args)
 
 
-def generate(data_bin: Path, ckpt: Path, *extra, subset="test", beam=2):
+def generate(data_bin: Path, ckpt: Path, *extra, subset="test", beam=2, fork=None):
     return run_cli(
         "fairseq-generate", data_bin, "--user-dir", USER_DIR, "--path", ckpt, "--gen-subset", subset,
         "--beam", beam, "--max-len-b", 20, "--batch-size", 8, "--cpu",
-        "--required-batch-size-multiple", 1, *extra,
+        "--required-batch-size-multiple", 1, *extra, fork=fork,
     )
 
 

@@ -196,11 +196,12 @@ def test_skd_entry_point_prints_none_of_the_known_warnings(data_bin, tmp_path):
     teacher = save / "checkpoint_last.pt"
     env = clean_env()
     # fairseq-generate itself (what deepnmt-skd runs) shows them: the check below is not vacuous
-    direct = generate(data_bin, teacher, "--max-len-b", 3).stderr
+    # (fresh processes: a command forked from the tests' warm interpreter prints no import-time warning)
+    direct = generate(data_bin, teacher, "--max-len-b", 3, fork=False).stderr
     assert [k.name for k in console.KNOWN if printed(k, direct)], direct[-3000:]
 
     res = run_cli("deepnmt-skd", "--data", data_bin, "--teacher", teacher, "--output", tmp_path / "skd",
-                  "--beam", "1", "--batch-size", "40", "--cpu", "--max-len-b", "3", env=env)
+                  "--beam", "1", "--batch-size", "40", "--cpu", "--max-len-b", "3", env=env, fork=False)
     assert (tmp_path / "skd" / ".done").exists()
     shown = [k.name for k in console.KNOWN if printed(k, res.stderr)]
     assert not shown, f"deepnmt-skd printed {shown}:\n{res.stderr[-4000:]}"

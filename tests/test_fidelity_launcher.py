@@ -303,3 +303,29 @@ def test_a_command_that_ignores_sigterm_is_killed_after_the_grace_or_at_a_second
     out, err, code, seconds = _signalled_study(tmp_path, True, send, ignore_term=True, grace=grace)
     assert out == [f"stopped {int(signal.SIGINT)}", "nothing new"] and code == 0, err
     assert seconds < 30
+
+
+def test_a_forked_evaluation_finds_its_imports_loaded(tmp_path):
+    """What benchmarks/fidelity_eval.py imports is in the fork server (PRELOAD), so that none of the
+    study's few hundred evaluations pays for it again (sacremoses alone: 1.2-1.7 CPU-seconds); the
+    imports are read from fidelity_eval.py itself, so a new one that is not preloaded fails here."""
+    import ast
+    import os
+    import sys
+    from pathlib import Path
+
+    import fidelity_launcher as launcher_mod
+
+    source = Path(launcher_mod.__file__).with_name("fidelity_eval.py")
+    tree = ast.parse(source.read_text())
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    local = {p.stem for p in source.parent.glob("*.py")}  # the study's own small modules
+    wanted = sorted(names - set(sys.stdlib_module_names) - local - {"__future__"})
+    assert {"sacremoses", "sacrebleu", "torch", "fairseq"} <= set(wanted)
+    probe = tmp_path / "probe.py"
+    probe.write_text(f"import sys\nprint(sorted(m for m in {wanted!r} if m not in sys.modules))\n")
+    launcher = launcher_mod.Launcher(dict(os.environ), threads=1, fork=True)
+    out = tmp_path / "out.txt"
+    assert launcher.run([sys.executable, probe], out) == 0
+    assert out.read_text() == "[]\n"
