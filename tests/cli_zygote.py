@@ -162,16 +162,20 @@ _ZYGOTES: Dict[str, Zygote] = {}
 
 
 def get(argv: List[str], env: Dict[str, str]) -> Optional[Zygote]:
-    """The warm interpreter of the console script ``argv[0]`` in this process (started, with
-    ``env``, at its first call), or None for a command that is not one of :data:`SCRIPTS` of this
-    environment."""
+    """The warm interpreter of the console script ``argv[0]`` in this process, started with
+    ``env`` (the test process's environment), or None for a command that is not one of
+    :data:`SCRIPTS` of this environment.  It is started again when the test process's start-up
+    variables have changed since: fairseq's data iterators set ``PYTHONWARNINGS`` in the process
+    that builds one with workers (an in-process test), and every later command inherits it."""
     script = Path(argv[0]).name
     if script not in SCRIPTS or Path(argv[0]).parent != Path(sys.executable).parent:
         return None
     z = _ZYGOTES.get(script)
-    if z is None or z.proc.poll() is not None:
+    if z is None or z.proc.poll() is not None or z.startup != startup_env(env):
         import atexit
 
+        if z is not None:
+            z.close()
         z = _ZYGOTES[script] = Zygote(script, env)
         atexit.register(z.close)
     return z

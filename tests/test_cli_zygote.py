@@ -70,7 +70,7 @@ def test_a_forked_command_prints_logs_and_exits_as_a_fresh_one(tmp_path):
     assert "missing.pt" in forked.stderr and not forked.stdout.strip() and not fresh.stdout.strip()
 
 
-def test_a_changed_start_up_environment_or_another_script_runs_fresh(tmp_path):
+def test_a_changed_start_up_environment_or_another_script_runs_fresh(tmp_path, monkeypatch):
     z = _zygote("fairseq-train")
     before = z.forked
     # a variable read at interpreter start (PYTHONWARNINGS) cannot reach a forked command
@@ -78,6 +78,12 @@ def test_a_changed_start_up_environment_or_another_script_runs_fresh(tmp_path):
     assert z.forked == before
     assert cli_zygote.get([str(Path(sys.executable).with_name("deepnmt-user-dir"))], dict(os.environ)) is None
     assert cli_zygote.get(["fairseq-train"], dict(os.environ)) is None  # not this environment's script
+    # the test process's own start-up variables changed (fairseq's iterators set PYTHONWARNINGS in
+    # the process that builds one with workers): the warm interpreter is started again with them
+    monkeypatch.setenv("PYTHONWARNINGS", "ignore:semaphore_tracker:UserWarning")
+    again = _zygote("fairseq-train")
+    assert again is not z and z.proc.poll() is not None
+    assert run_cli("fairseq-train", "--help").returncode == 0 and again.forked == 1
 
 
 def test_a_command_past_its_timeout_is_killed_and_the_next_one_is_served(tmp_path):
