@@ -45,8 +45,9 @@ def run_cli(cmd, *args, check=True, env=None, timeout=600, cwd=None, fork=None):
     fairseq-train, -generate, -preprocess and -validate are forked from the tests' warm interpreter
     of that script (tests/cli_zygote.py: its imports done once, about 6 CPU-seconds saved per
     command), unless ``fork=False``, the command's start-up environment differs from the warm
-    interpreter's, or ``DEEPNMT_TEST_FORK=0``: then, as every other command, a fresh process.  A test of what a
-    command does at interpreter start-up (its import-time warnings) passes ``fork=False``."""
+    interpreter's, or ``DEEPNMT_TEST_FORK=0``: then, as every other command, a fresh process.
+    A test of what a command does at interpreter start-up (its import-time warnings) passes
+    ``fork=False``."""
     exe = Path(sys.executable).with_name(cmd)
     full = [str(exe) if exe.exists() else cmd, *map(str, args)]
     e = dict(os.environ)
