@@ -50,19 +50,15 @@ def run_cli(cmd, *args, check=True, env=None, timeout=600, cwd=None, fork=None):
     ``fork=False``."""
     exe = Path(sys.executable).with_name(cmd)
     full = [str(exe) if exe.exists() else cmd, *map(str, args)]
-    e = dict(os.environ)
-    e.setdefault("OMP_NUM_THREADS", "1")
-    e.setdefault("MKL_NUM_THREADS", "1")
-    if env:
-        e.update(env)
+    base = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **os.environ}  # the test process's, single-threaded
+    e = {**base, **(env or {})}  # with the call's own variables
     res = None
     if fork is not False and os.environ.get("DEEPNMT_TEST_FORK", "1") != "0":
         import tempfile
 
         import cli_zygote
 
-        base = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **os.environ}  # started without a call's own env
-        zygote = cli_zygote.get(full, base)
+        zygote = cli_zygote.get(full, base)  # started without a call's own variables
         if zygote is not None and zygote.can_run(e) and zygote.lock.acquire(blocking=False):
             try:
                 with tempfile.TemporaryDirectory(prefix="run-cli-") as tmp:
