@@ -133,14 +133,14 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
         lines += [f"**Status: {len(planned) - len(missing)} of {len(planned)} planned runs finished"
                   + (f" ({len(failed)} failed or diverged: {', '.join(failed)})" if failed else "") + ".**"
                   + (f" Of the others, {len(unfinished)} {'was' if len(unfinished) == 1 else 'were'} stopped part-way by a "
-                     "deadline (their valid curves: section 1c)."
+                     f"deadline ({'its valid curve' if len(unfinished) == 1 else 'their valid curves'}: section 1c)."
                      if unfinished else "")
                   + (f" The other {len(extra)} of the {len(results)} finished records ({', '.join(extra)}) are of "
                      "runs the plan no longer holds, kept where the findings read them." if extra else "")
                   + (f" Not yet run: {', '.join(missing)}. The same command resumes the study; every "
                      "comparison below is read only from what has finished." if missing else "")
                   + (f" Budget of what is left: at most {hours:.0f} core-hours (about {hours / 2:.0f} hours on "
-                     "2 cores with `--jobs 2`), each run at its update cap, at the seconds per update of the "
+                     "2 cores with `--jobs 2`), each run at its update cap, at the core-seconds per update of the "
                      "finished runs of its encoder depth (`fidelity_report.remaining_hours`); early stopping "
                      "shortens the converged runs. Order (`fidelity_plan.run_order`, the cheapest decisive runs "
                      f"first), one `python benchmarks/fidelity.py --preset {p.name} --order short-first --runs "
@@ -326,9 +326,11 @@ def _plot_depth(systems, p, path: Path) -> None:
 
 def remaining_hours(p, missing: List[str], results: Dict[str, dict]) -> float:
     """Core-hours of the missing runs, each at its update cap (:func:`fidelity_plan.run_updates`) and
-    the median seconds per update of the finished runs with the same encoder depth (all finished
-    runs when none has it), plus 60 s of evaluation (and 40 s per curve point: no train sample).
-    Runs that ``--cuda`` moved to a GPU (``machine.device``) do not set the rate."""
+    the median core-seconds per update of the finished runs with the same encoder depth (all
+    finished runs when none has it), plus 60 s of evaluation (and 40 s per curve point: no train
+    sample).  A run's core-seconds are its wall seconds times the threads it trained with
+    (``machine.threads``; 1 in the records made before it was kept): a 2-thread run keeps both
+    cores busy.  Runs that ``--cuda`` moved to a GPU (``machine.device``) do not set the rate."""
     import re
 
     def depth(name):
@@ -338,8 +340,9 @@ def remaining_hours(p, missing: List[str], results: Dict[str, dict]) -> float:
     rate: Dict[Optional[int], List[float]] = {}
     for n, r in results.items():
         steps = r.get("losses")[-1][0] if r.get("losses") else None
-        if r.get("train_seconds") and steps and (r.get("machine") or {}).get("device") != "cuda":
-            rate.setdefault(depth(n), []).append(r["train_seconds"] / steps)
+        machine = r.get("machine") or {}
+        if r.get("train_seconds") and steps and machine.get("device") != "cuda":
+            rate.setdefault(depth(n), []).append(r["train_seconds"] * int(machine.get("threads") or 1) / steps)
     every = [x for xs in rate.values() for x in xs]
     if not every:
         return 0.0

@@ -340,6 +340,11 @@ def test_cuda_moves_a_float32_presets_commands_to_the_gpu_and_its_seconds_out_of
                                                         "conv-dlcl-24-s1": rec(10.0, "cuda"),
                                                         "conv-msc-24-s1": rec(10.0, "cuda")})
     assert cpu_only == both > 0
+    # core-hours: a run that trained with 2 threads kept 2 cores busy for its wall seconds
+    # (the same as 2000 s with 1 thread; the evaluation's fixed seconds are not per update)
+    two = {"conv-prenorm-24-s1": {**rec(1000.0), "machine": {"cpu": "x", "threads": 2}}}
+    assert fidelity_report.remaining_hours(p, missing, two) == \
+        fidelity_report.remaining_hours(p, missing, {"conv-prenorm-24-s1": rec(2000.0)}) > cpu_only
 
 
 class _RecordingStudy:
@@ -991,7 +996,7 @@ def test_a_run_stopped_by_the_deadline_keeps_its_valid_curve_until_its_record_re
     report = tmp_path / "report.md"
     fidelity_report.write_report({}, p, report, tmp_path, planned=[run.name], records=records)
     text = report.read_text()
-    assert "Of the others, 1 was stopped part-way by a deadline (their valid curves: section 1c)." in text
+    assert "Of the others, 1 was stopped part-way by a deadline (its valid curve: section 1c)." in text
     assert "## 1c. Unfinished runs" in text and f"- `{run.name}` (unfinished, section 1c;" in text
     row = next(r for r in text.splitlines() if r.startswith(f"| {run.name} |"))
     assert row.endswith("| 4 | 8.000 | 5.25 | - | 7.65 | - | 5.43 | 5.43 (4) |")  # every validation step: 1
