@@ -434,7 +434,7 @@ def gpkd_student_runs(study: Study, p: Preset, seeds, jobs: int) -> List[Run]:
     if not (skd / ".done").exists():  # the marker of gpkd_plan.skd_stage's output
         log("SKD data: the averaged teacher translates the training set")
         study.call(gpkd_plan.skd_stage(study.data, avg, skd, study.device(),
-                                       ["--batch-size", "128", "--shards", jobs]).command(), study.work / "skd.log")
+                                       ["--batch-size", "128", "--shards", jobs, "--jobs", jobs]).command(), study.work / "skd.log")
     if not student.exists():
         h_enc, h_dec = teacher_group_sizes(avg)
         if h_enc != h:

@@ -67,9 +67,9 @@ def test_skd_data_is_complete_ordered_and_resumable(teacher, data_bin, tmp_path)
     out = tmp_path / "skd-bin"
     args = ["--data", data_bin, "--teacher", teacher, "--output", out, "--shards", "2", "--beam", "2",
             "--batch-size", "7", "--cpu", "--max-len-b", "3"]
-    first = run_cli("deepnmt-skd", *args)
-    assert (out / ".done").exists()
-    assert "progress: 120/120" in first.stderr
+    first = run_cli("deepnmt-skd", *args, "--jobs", "2")  # both shards at once; the redo below runs alone
+    assert (out / ".done").exists() and "2 shard(s), 2 at a time" in first.stderr
+    assert "progress: 120/120" in first.stderr and first.stderr.count("translated in") == 2
     work = tmp_path / "skd-bin.work"
     src = (work / "text" / "train.src").read_text().splitlines()
     # sources in the original order: compare with the binarized training data
@@ -94,6 +94,28 @@ def test_skd_data_is_complete_ordered_and_resumable(teacher, data_bin, tmp_path)
     third = run_cli("deepnmt-skd", *args)
     assert third.stderr.count("done earlier") == 1 and third.stderr.count("translated in") == 1
     assert (work / "text" / "train.tgt").read_text().splitlines() == tgt
+    # a failing shard: a clear error and exit 1, the other shards still run and are kept
+    bad = ["--data", data_bin, "--teacher", tmp_path / "missing.pt", "--output", tmp_path / "bad-bin",
+           "--shards", "2", "--jobs", "2", "--cpu", "--batch-size", "7"]
+    res = run_cli("deepnmt-skd", *bad, check=False)
+    assert res.returncode == 1 and "error: fairseq-generate failed on shard 0" in res.stderr
+    assert "failed on shard 1" in res.stderr and not (tmp_path / "bad-bin" / ".done").exists()
+
+
+def test_skd_jobs_split_the_cores_or_the_gpus(monkeypatch):
+    """--jobs: each concurrent fairseq-generate gets its share of the CPU threads (unless the
+    caller fixed OMP_NUM_THREADS, as the study does with --threads), or its own GPU."""
+    from deepnmt_fairseq.cli.skd import job_envs
+
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    envs = job_envs(3, cpu=True, env={})
+    assert [e["OMP_NUM_THREADS"] for e in envs] == ["2"] * 3 and envs[0]["MKL_NUM_THREADS"] == "2"
+    assert [e["OMP_NUM_THREADS"] for e in job_envs(2, cpu=True, env={"OMP_NUM_THREADS": "1"})] == ["1", "1"]
+    assert "OMP_NUM_THREADS" not in job_envs(1, cpu=True, env={})[0]  # one job: as fairseq-generate alone
+    gpus = job_envs(3, cpu=False, env={"CUDA_VISIBLE_DEVICES": "4,5"})
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in gpus] == ["4", "5", "4"]
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in job_envs(2, cpu=False, env={"CUDA_VISIBLE_DEVICES": "3"})] == ["3", "3"]
+    assert all("PYTHONWARNINGS" in e for e in gpus)  # still the project's child environment
 
 
 # the one-command pipeline (scripts/gpkd_pipeline.py): tests/test_gpkd_procedure.py

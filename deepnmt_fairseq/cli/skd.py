@@ -1,13 +1,15 @@
 """Sequence-level knowledge distillation data (Kim & Rush 2016; GPKD stage 2).
 
-    deepnmt-skd --data data-bin --teacher teacher.pt --output skd-bin [--shards 8] \
+    deepnmt-skd --data data-bin --teacher teacher.pt --output skd-bin [--shards 8 [--jobs 2]] \
                 [--beam 4 --lenpen 0.6] [--max-tokens 8192] [--cpu] [--fp16]
 
 The teacher translates the whole training split with ``fairseq-generate``
-(beam 4, length penalty 0.6 as in the paper), one shard at a time
+(beam 4, length penalty 0.6 as in the paper) in shards
 (fairseq-generate's ``--distributed-world-size/--distributed-rank``
-batch sharding, without starting any distributed process); each finished shard is kept, so an interrupted
-run resumes at the first unfinished shard.  The SKD corpus is the training
+batch sharding, without starting any distributed process), ``--jobs`` of them at a time (one
+fairseq-generate each: on CPU with the cores split between them unless ``OMP_NUM_THREADS`` is set;
+on several GPUs one GPU each); each finished shard is kept, so an interrupted run resumes with the
+unfinished shards.  The SKD corpus is the training
 sources with the teacher's outputs, in the original order, binarized with the
 teacher's dictionaries; valid and test keep their references (copied as they
 are).  Nothing is dropped: ``--required-batch-size-multiple 1``, no size
@@ -22,8 +24,11 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
-from typing import Dict, Tuple
+from concurrent.futures import ThreadPoolExecutor
+from queue import Queue
+from typing import Dict, List, Optional, Tuple
 
 from .. import generate_output
 from ..console import child_env, exe, quiet_known_warnings
@@ -52,7 +57,36 @@ def dataset_size(data: str, src: str, tgt: str) -> int:
     return len(ds)
 
 
-def translate_shard(a, shard: int, out_path: str, user_dir: str) -> None:
+def job_envs(jobs: int, cpu: bool, env: Optional[Dict[str, str]] = None) -> List[Dict[str, str]]:
+    """The environment of each of ``jobs`` concurrent fairseq-generate processes.  On CPU the
+    cores are split between them (``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` = cores // jobs, at
+    least 1) unless the caller set ``OMP_NUM_THREADS`` (the study sets its ``--threads``); on GPU,
+    with several visible devices (``CUDA_VISIBLE_DEVICES``, else every device torch sees), one
+    device each, round robin; with one GPU they share it."""
+    base = child_env(env)
+    out = [dict(base) for _ in range(jobs)]
+    if jobs == 1:
+        return out
+    if cpu:
+        if "OMP_NUM_THREADS" not in base:
+            threads = str(max(1, (os.cpu_count() or 1) // jobs))
+            for e in out:
+                e["OMP_NUM_THREADS"] = e["MKL_NUM_THREADS"] = threads
+        return out
+    visible = base.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        devices = [d.strip() for d in visible.split(",") if d.strip()]
+    else:
+        import torch
+
+        devices = [str(i) for i in range(torch.cuda.device_count())]
+    if len(devices) > 1:
+        for k, e in enumerate(out):
+            e["CUDA_VISIBLE_DEVICES"] = devices[k % len(devices)]
+    return out
+
+
+def translate_shard(a, shard: int, out_path: str, user_dir: str, env: Optional[Dict[str, str]] = None) -> None:
     cmd = [exe("fairseq-generate"), a.data, "--user-dir", user_dir, "--path", a.teacher,
            "--gen-subset", "train", "--beam", str(a.beam), "--lenpen", str(a.lenpen),
            "--max-len-a", str(a.max_len_a), "--max-len-b", str(a.max_len_b),
@@ -67,7 +101,7 @@ def translate_shard(a, shard: int, out_path: str, user_dir: str) -> None:
         cmd.append("--fp16")
     partial = out_path + ".partial"
     with open(partial, "w", encoding="utf-8") as f:
-        res = subprocess.run(cmd, stdout=f, env=child_env())
+        res = subprocess.run(cmd, stdout=f, env=env or child_env())
     if res.returncode != 0:
         raise RuntimeError(f"fairseq-generate failed on shard {shard} (exit {res.returncode}); "
                            f"re-run to resume from this shard")
@@ -81,7 +115,10 @@ def main(argv=None) -> int:
     p.add_argument("--teacher", required=True, help="teacher checkpoint")
     p.add_argument("--output", required=True, help="directory for the binarized SKD data")
     p.add_argument("--work-dir", help="shard outputs (default: OUTPUT.work)")
-    p.add_argument("--shards", type=int, default=1)
+    p.add_argument("--shards", type=int, default=1, help="the training split is translated in this many "
+                   "parts, each kept when done (resumable)")
+    p.add_argument("--jobs", type=int, default=1, help="shards translated at the same time (one fairseq-generate "
+                   "each; CPU: the cores split between them; several GPUs: one each)")
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--lenpen", type=float, default=0.6)
     p.add_argument("--max-len-a", type=float, default=1.2)
@@ -92,6 +129,11 @@ def main(argv=None) -> int:
     p.add_argument("--cpu", action="store_true")
     p.add_argument("--fp16", action="store_true")
     a = p.parse_args(argv)
+    if a.shards < 1:
+        p.error(f"--shards must be at least 1, got {a.shards}")
+    if a.jobs < 1:
+        p.error(f"--jobs must be at least 1, got {a.jobs}")
+    jobs = min(a.jobs, a.shards)
 
     import deepnmt_fairseq
 
@@ -110,18 +152,42 @@ def main(argv=None) -> int:
         return 1
     work = a.work_dir or a.output.rstrip("/") + ".work"
     os.makedirs(work, exist_ok=True)
-    log(f"teacher {a.teacher} translates {n} training sentences ({src}->{tgt}) in {a.shards} shard(s)")
+    log(f"teacher {a.teacher} translates {n} training sentences ({src}->{tgt}) in {a.shards} shard(s)"
+        + (f", {jobs} at a time" if jobs > 1 else ""))
     start = time.time()
+    outs = [os.path.join(work, f"shard{shard:04d}-of-{a.shards:04d}.txt") for shard in range(a.shards)]
+    todo = [shard for shard in range(a.shards) if not os.path.exists(outs[shard])]
+    for shard in sorted(set(range(a.shards)) - set(todo)):
+        log(f"shard {shard + 1}/{a.shards}: done earlier, reusing {outs[shard]}")
+    free: "Queue[Dict[str, str]]" = Queue()
+    for env in job_envs(jobs, a.cpu):
+        free.put(env)
+    done_now: List[int] = []
+    lock = threading.Lock()
+
+    def translate(shard: int) -> None:
+        env = free.get()  # one job slot (its threads or GPU) per running shard
+        try:
+            t0 = time.time()
+            translate_shard(a, shard, outs[shard], deepnmt_fairseq.USER_DIR, env)
+            with lock:
+                done_now.append(shard)
+                left = len(todo) - len(done_now)
+                eta = (time.time() - start) / len(done_now) * left
+                log(f"shard {shard + 1}/{a.shards}: translated in {time.time() - t0:.0f} s "
+                    f"({a.shards - left}/{a.shards} shards done, ~{eta:.0f} s left)")
+        finally:
+            free.put(env)
+
+    with ThreadPoolExecutor(jobs) as pool:  # every shard runs even if one fails; the finished are kept
+        errors = [f.exception() for f in [pool.submit(translate, shard) for shard in todo]]
+    failed = [str(e) for e in errors if e is not None]
+    if failed:
+        print("error: " + "; ".join(failed), file=sys.stderr)
+        return 1
     srcs: Dict[int, str] = {}
     hyps: Dict[int, str] = {}
-    for shard in range(a.shards):
-        out = os.path.join(work, f"shard{shard:04d}-of-{a.shards:04d}.txt")
-        if os.path.exists(out):
-            log(f"shard {shard + 1}/{a.shards}: done earlier, reusing {out}")
-        else:
-            t0 = time.time()
-            translate_shard(a, shard, out, deepnmt_fairseq.USER_DIR)
-            log(f"shard {shard + 1}/{a.shards}: translated in {time.time() - t0:.0f} s")
+    for shard, out in enumerate(outs):
         with open(out, encoding="utf-8") as f:
             parsed = generate_output.parse_generate(f.read())
         s, h = parsed["srcs"], parsed["hyps"]
@@ -131,9 +197,7 @@ def main(argv=None) -> int:
             return 1
         srcs.update(s)
         hyps.update(h)
-        done_n = len(hyps)
-        eta = (time.time() - start) / max(shard + 1, 1) * (a.shards - shard - 1)
-        log(f"progress: {done_n}/{n} sentences ({100.0 * done_n / max(n, 1):.1f}%), ~{eta:.0f} s left")
+    log(f"progress: {len(hyps)}/{n} sentences translated")
     missing = sorted(set(range(n)) - set(hyps))
     if missing or set(srcs) != set(hyps):
         print(f"error: {len(missing)} of {n} sentences were not translated (first ids: {missing[:10]})",
