@@ -98,6 +98,88 @@ def test_cad_never_drops_at_eval_and_drops_in_training():
     assert len(outs) > 1  # different structures give different outputs
 
 
+# ----------------------------------------------------------------- CAD's two readings
+def test_cad_drop_probabilities_of_both_readings():
+    from deepnmt_fairseq.modules.cross_attention_drop import drop_probabilities, layers_without_cross_attention
+
+    # consistent (default): layers above the drop depth always keep their cross-attention
+    assert drop_probabilities(5, 3, 0.5) == [0.5, 0.5, 0.5, 0.0, 0.0]
+    assert drop_probabilities(5, 3, 0.5, "consistent") == drop_probabilities(5, 3, 0.5)
+    assert drop_probabilities(4, 0, 0.0) == [0.0] * 4  # CAD off
+    assert layers_without_cross_attention([1.0, 1.0, 0.0]) == [True, True, False]
+    # literal (Sec. 3.3): "p_net^l = p_net, 1 <= l <= L_dr ... p_net^l = 1.0 for layers l > L_dr"
+    assert drop_probabilities(5, 3, 0.5, "literal") == [0.5, 0.5, 0.5, 1.0, 1.0]
+    assert drop_probabilities(5, 5, 0.25, "literal") == [0.25] * 5
+    assert layers_without_cross_attention([1.0, 0.5, 1.0], "literal") == [False, False, False]
+    for depth, ratio in ((0, 0.0), (0, 0.5), (4, 1.0), (2, 1.0)):  # no cross-attention would ever be trained
+        with pytest.raises(ValueError, match="literal"):
+            drop_probabilities(4, depth, ratio, "literal")
+    with pytest.raises(ValueError, match="--cad-reading"):
+        drop_probabilities(4, 2, 0.5, "letter")
+
+
+def test_cad_coins_of_both_readings():
+    from deepnmt_fairseq.modules.cross_attention_drop import sample_keep
+
+    for reading, probs in (("consistent", [0.5, 0.5, 0.0, 0.0]), ("literal", [0.5, 0.5, 1.0, 1.0])):
+        torch.manual_seed(0)
+        kept = [sample_keep(probs, True, reading) for _ in range(400)]
+        for layer, p in enumerate(probs):
+            rate = sum(k[layer] for k in kept) / len(kept)
+            if p in (0.0, 1.0):
+                assert rate == 1.0 - p  # never / always dropped in training
+            else:
+                assert 0.42 < rate < 0.58
+        # the same global RNG draws: one coin per layer per pass, in both readings
+        torch.manual_seed(1)
+        u = torch.rand(len(probs)).tolist()
+        torch.manual_seed(1)
+        assert sample_keep(probs, True, reading) == [ui >= p for ui, p in zip(u, probs)]
+    # inference: the literal reading uses every cross-attention, p^l = 1 included
+    assert sample_keep([0.5, 1.0, 1.0], False, "literal") == [True, True, True]
+    assert sample_keep([1.0, 0.5, 0.0], False, "consistent") == [False, True, True]
+
+
+def test_cad_literal_reading_in_the_model():
+    """--cad-reading literal: all layers built with cross-attention; in training the layers above
+    the drop depth never use it and those below do half the time; at inference all use it."""
+    model = build_model("deepnmt_transformer", TINY + ["--decoder-layers", "4", "--cad-drop-depth", "2",
+                                                        "--cad-drop-ratio", "0.5", "--cad-reading", "literal",
+                                                        "--dropout", "0", "--attention-dropout", "0"])
+    assert model.decoder.cad_probs == [0.5, 0.5, 1.0, 1.0]
+    assert all(layer.encoder_attn is not None for layer in model.decoder.layers)
+    src, lens, tgt = random_batch(model)
+    calls = []
+    for i, layer in enumerate(model.decoder.layers):
+        layer.encoder_attn.register_forward_hook(lambda *a, i=i: calls.append(i))
+    model.eval()
+    with torch.no_grad():
+        for _ in range(5):
+            model(src, lens, tgt)
+    assert [calls.count(i) for i in range(4)] == [5, 5, 5, 5]
+    calls.clear()
+    model.train()
+    torch.manual_seed(0)
+    for _ in range(40):
+        out, _ = model(src, lens, tgt)
+    out.sum().backward()  # the never-used cross-attentions stay in the graph with a zero gradient
+    assert 5 < calls.count(0) < 35 and 5 < calls.count(1) < 35 and calls.count(2) == calls.count(3) == 0
+    grad = model.decoder.layers[3].encoder_attn.k_proj.weight.grad
+    assert grad is not None and grad.abs().max() == 0
+    # p_net < 1 at full depth: every layer keeps its cross-attention, used at inference
+    full = build_model("deepnmt_transformer", TINY + ["--decoder-layers", "3", "--cad-drop-depth", "3",
+                                                       "--cad-drop-ratio", "0.25", "--cad-reading", "literal"])
+    assert full.decoder.cad_probs == [0.25] * 3
+    # p_net = 1.0 under the letter is p^l = 1 in every layer: refused (the default reading builds
+    # layers 1..L_dr without cross-attention and keeps the others')
+    with pytest.raises(ValueError, match="none would ever be trained"):
+        build_model("deepnmt_transformer", TINY + ["--decoder-layers", "4", "--cad-drop-depth", "3",
+                                                    "--cad-drop-ratio", "1.0", "--cad-reading", "literal"])
+    with pytest.raises(ValueError, match="none would ever be trained"):
+        build_model("deepnmt_transformer", TINY + ["--decoder-layers", "4", "--cad-drop-depth", "0",
+                                                    "--cad-drop-ratio", "0.5", "--cad-reading", "literal"])
+
+
 # ----------------------------------------------------------------- the criterion
 def _criterion(model, **kw):
     d = model.encoder.dictionary

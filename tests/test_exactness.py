@@ -43,6 +43,8 @@ EXTRA = {
                                "--msc-no-encoder-context"],
     "transparent": ["--deep-memory", "transparent", "--encoder-layers", "3", "--decoder-layers", "2"],
     "cad-half": ["--encoder-layers", "2", "--decoder-layers", "3", "--cad-drop-depth", "2", "--cad-drop-ratio", "0.5"],
+    "cad-literal-full-depth": ["--encoder-layers", "2", "--decoder-layers", "3", "--cad-drop-depth", "3",
+                               "--cad-drop-ratio", "0.25", "--cad-reading", "literal"],
     "ssl-sublayer": ["--encoder-layers", "4", "--decoder-layers", "2", "--ssl-rate", "0.4", "--ssl-decoder"],
     "ssl-layer": ["--encoder-layers", "3", "--decoder-layers", "3", "--ssl-rate", "0.5", "--ssl-mode", "layer",
                   "--ssl-decoder"],
@@ -145,7 +147,8 @@ def _beam(model, src, lens, beam=4):
 BATCH_INVARIANCE = ["dlcl", "dlcl-gp-ssl-rpr-layerdrop", "rpr", "rpr-transparent", "msc-gate", "msc-ffn-cell", "msc-no-ctx", "transparent", "cad-half",
                     "cad-full-rpr", "matrix:transparent-postnorm-cad-ddr", "ssl-sublayer", "gp",
                     "matrix:msc-gate-everything", "postnorm", "msc-add-no-enc-ctx-cad", "desdar-like",
-                    "matrix:prenorm-rpr-layerdrop", "deepnorm", "admin-msc-cad", "deepnorm-rpr-values-ssl-gp"]
+                    "matrix:prenorm-rpr-layerdrop", "deepnorm", "admin-msc-cad", "deepnorm-rpr-values-ssl-gp",
+                    "matrix:cad-literal-ddr", "cad-literal-full-depth"]
 
 
 @pytest.mark.parametrize("name", BATCH_INVARIANCE)

@@ -80,6 +80,11 @@ COMBOS = {
     "cad-full-ald": ("deepnmt_transformer", ["--encoder-layers", "2", "--decoder-layers", "3", "--cad-drop-depth",
                                              "1", "--cad-drop-ratio", "1.0"],
                      [*CRT, "--ddr-alpha", "0", "--ald-alpha", "0.5", "--encoder-l2", "1e-5"]),
+    # CAD's literal reading (--cad-reading literal): layer 3 (above the drop depth) never uses its
+    # cross-attention in training, every layer uses it at inference (beam search reorders it)
+    "cad-literal-ddr": ("deepnmt_transformer", ["--encoder-layers", "2", "--decoder-layers", "3", "--cad-drop-depth",
+                                                "2", "--cad-drop-ratio", "0.5", "--cad-reading", "literal"],
+                        [*CRT, "--ddr-alpha", "1.0", "--ald-alpha", "0"]),
     # DeepNorm and Admin alone, and each with MSC, transparent attention, CAD + CRT, GP + SSL + RPR
     "deepnorm": ("deepnmt_transformer", ["--deepnorm", "--encoder-layers", "3", "--decoder-layers", "2"], []),
     "admin": ("deepnmt_transformer", ["--admin", "--encoder-layers", "3", "--decoder-layers", "2"], []),

@@ -391,8 +391,9 @@ class DeepTransformerDecoder(_SkipScheduleMixin, TransformerDecoderBase):
     def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
         self.opts = DeepTransformerOptions.from_args(cfg)
         n = cfg.decoder.layers
-        self.cad_probs = drop_probabilities(n, self.opts.cad_drop_depth, self.opts.cad_drop_ratio)
-        self._no_cross = layers_without_cross_attention(self.cad_probs)
+        self.cad_reading = str(self.opts.cad_reading)
+        self.cad_probs = drop_probabilities(n, self.opts.cad_drop_depth, self.opts.cad_drop_ratio, self.cad_reading)
+        self._no_cross = layers_without_cross_attention(self.cad_probs, self.cad_reading)
         if self.opts.gp_decoder_group_size > 1:
             check_group_size(n, self.opts.gp_decoder_group_size, "--gp-decoder-group-size")
         self._layers_read_context = memory_class(self.opts).decoder_layers_read_context(self.opts)
@@ -466,7 +467,7 @@ class DeepTransformerDecoder(_SkipScheduleMixin, TransformerDecoderBase):
 
         memories, memory_mask = decoder_memories(encoder_out, self.num_layers)
         order = layer_order(self.num_layers, self.opts.gp_decoder_group_size, self.training)
-        keep_cross = sample_keep(self.cad_probs, self.training)
+        keep_cross = sample_keep(self.cad_probs, self.training, self.cad_reading)
         scales = self.draw_branch_scales()
         dropped = _layerdrop_coins(self.decoder_layerdrop, self.num_layers, self.training)
 

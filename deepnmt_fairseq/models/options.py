@@ -18,6 +18,7 @@ FUSION_CHOICES = ChoiceEnum(["gate", "add"])
 CONTEXT_CELL_CHOICES = ChoiceEnum(["gru", "ffn", "none"])
 SKIP_MODE_CHOICES = ChoiceEnum(["sublayer", "layer"])
 SUBLAYER_CHOICES = ChoiceEnum(["both", "attn", "ffn"])
+CAD_READING_CHOICES = ChoiceEnum(["consistent", "literal"])
 
 
 @dataclass
@@ -142,6 +143,17 @@ class DeepTransformerOptions(FairseqDataclass):
             "(Sec. 3.3: 'During the inference stage, both attentions are used'). 1.0 = layers "
             "1..L_dr are built without cross-attention, also at inference: it would never be "
             "trained (our reading, see modules/cross_attention_drop.py)"
+        },
+    )
+    cad_reading: CAD_READING_CHOICES = field(
+        default="consistent",
+        metadata={
+            "help": "how CAD reads Sec. 3.3. 'consistent' (default, our reading): layers above the drop "
+            "depth keep their cross-attention (p^l = 0), agreeing with Sec. 4.3, and p_net = 1.0 layers are "
+            "built without it. 'literal': the letter of Sec. 3.3, p^l = 1.0 above the drop depth (never "
+            "used in training) and every layer's cross-attention used at inference ('During the inference "
+            "stage, both attentions are used'); it refuses p_net = 1.0 and drop depth 0, where no "
+            "cross-attention would ever be trained"
         },
     )
     # ---- skipping sub-layer (Li et al. 2021, Eq. 3-6) ---------------------

@@ -213,7 +213,8 @@ def resolved_model(registry: Dict[str, Experiment], exp: Experiment, stage: Trai
     if a.deep_memory == "msc":
         extra.append(f"MSC blocks {a.msc_block_layers}, fusion {a.msc_fusion}, context {a.msc_context_cell}")
     if a.cad_drop_depth:
-        extra.append(f"CAD depth {a.cad_drop_depth} ratio {a.cad_drop_ratio:g}")
+        extra.append(f"CAD depth {a.cad_drop_depth} ratio {a.cad_drop_ratio:g}"
+                     + (" (literal reading)" if str(getattr(a, "cad_reading", "consistent")) == "literal" else ""))
     if a.rpr_max_relative_position:
         extra.append(f"RPR k={a.rpr_max_relative_position}")
     for key, label in (("gp_group_size", "GP h"), ("gp_decoder_group_size", "GP dec h")):

@@ -236,6 +236,53 @@ def _figure2() -> Tuple[Table, Figure]:
                  tuple(rows), note="Peak at drop depth 21 (Sec. 4.3); values only in the figure."), figure
 
 
+# Fig. 2 under the letter of Sec. 3.3 (--cad-reading literal): p^l = p_net up to the drop depth, 1.0 above it
+# (never used in training), every cross-attention used at inference.  p_net = 1.0 is p^l = 1 in every layer
+# under the letter (no cross-attention would ever be trained; the model refuses it), so the grid has no ratio-1 line.
+_LITERAL_NOTE = ("--cad-reading literal, the letter of Sec. 3.3: 'p_net^l = p_net, 1 <= l <= L_dr ... p_net^l = 1.0 "
+                 "for layers l > L_dr' and 'During the inference stage, both attentions are used': layers above the "
+                 "drop depth never use their cross-attention in training and all layers use it at inference; the "
+                 "default rows (dd-fig2) run our reading (p^l = 0 above L_dr, modules/cross_attention_drop.py)")
+_LITERAL_NO_RATIO1 = ("no p_net = 1.0 line: under the letter it means p^l = 1 in every layer, no cross-attention "
+                      "ever trained (refused by the model)")
+
+
+def _figure2_literal() -> Tuple[Table, Figure]:
+    rows = []
+    lines: Dict[str, List[Point]] = {}
+    for ratio in (0.25, 0.5, 0.75):
+        for depth in (3, 6, 9, 12, 15, 18, 21, 24, 27):
+            if depth == 27:  # no layer above the drop depth: both readings build and run the same model
+                name = f"dd-fig2-base-27-27-depth27-ratio{ratio:g}"
+                rows.append(Row(f"literal: drop depth 27, ratio {ratio:g}", name, {"bleu": "fig."},
+                                "= dd-fig2's run: at full depth both readings are the same model"))
+                lines.setdefault(f"drop ratio {ratio:g} (literal)", []).append(Point(depth, name))
+                continue
+            name = f"dd-fig2-literal-base-27-27-depth{depth}-ratio{ratio:g}"
+            single(name, DD, "wmt14-en-de-dd", _dd_arch("base", 27, 27), DD_BASE, dd_eval("ende", False),
+                   f"Deep-decoder Fig. 2, literal reading: BASE DEEP-54L, CAD drop depth {depth}, ratio {ratio:g}, "
+                   "+ ALD",
+                   model_flags=("--cad-drop-depth", str(depth), "--cad-drop-ratio", f"{ratio:g}",
+                                "--cad-reading", "literal"),
+                   criterion=CR, criterion_flags=ALD_ONLY,
+                   notes=("Sec. 4.3: 'BASE, DEEP-54L model with both CAD and ALD techniques' (no DDR)",
+                          _LITERAL_NOTE, _LITERAL_NO_RATIO1,
+                          "the grid (depths 3..27 step 3, ratios 0.25..0.75) is ours; the figure's points are not "
+                          "in the text"))
+            rows.append(Row(f"literal: drop depth {depth}, ratio {ratio:g}", name, {"bleu": "fig."}))
+            lines.setdefault(f"drop ratio {ratio:g} (literal)", []).append(Point(depth, name))
+    figure = Figure(
+        "dd-fig2-literal", DD, "Deep-decoder Fig. 2, literal reading of Sec. 3.3 (p^l = 1.0 above the drop depth): "
+        "BLEU vs CAD drop depth per drop ratio (BASE DEEP-54L, CAD + ALD)", "sweep",
+        "drop depth L_dr (of 27 decoder layers)", (("bleu", "BLEU"),), tuple((k, tuple(v)) for k, v in lines.items()),
+        chosen="depths 3..27 step 3 and ratios 0.25/0.5/0.75 under --cad-reading literal; " + _LITERAL_NO_RATIO1)
+    return Table("dd-fig2-literal", DD, "Figure 2 variant: the literal reading of Sec. 3.3 (--cad-reading literal), "
+                 "BASE DEEP-54L (27-27), CAD + ALD", tuple(rows),
+                 note="Not a separate figure of the paper: Fig. 2's grid run with p^l = 1.0 above the drop depth "
+                      "and every cross-attention used at inference, the words of Sec. 3.3. At depth 27 both readings "
+                      "are the same model (no layer above the drop depth): those points are dd-fig2's runs."), figure
+
+
 def _figure3() -> Tuple[Table, Figure]:
     rows = []
     for p, tau in [(0.1, 0.1), (0.2, 0.1), (0.3, 0.1), (0.4, 0.1), (0.3, 0.05), (0.3, 0.2), (0.3, 0.5)]:
@@ -342,7 +389,7 @@ def _figure1() -> Tuple[Table, Figure]:
 def tables() -> List[Table]:
     """Add the deep-decoder paper's experiments and figures; its tables."""
     out = _table1() + [_table2(), _table3()]
-    figs = [_figure2(), _figure3(), _figure4(), _figure1()]  # Fig. 1 reuses Table 2's 6-24 run
+    figs = [_figure2(), _figure2_literal(), _figure3(), _figure4(), _figure1()]  # Fig. 1 reuses Table 2's 6-24 run
     out += [table for table, _ in figs]
     for _, figure in sorted(figs, key=lambda tf: tf[1].key):
         add_figure(figure)
