@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from fidelity_plan import (CONVERGED_SEEDS, DD_KINDS, FAMILIES, REPO, by_system, converged_families, dd_choice, headline_pairs,
-                           partials, run_order, run_updates, stat, valid_interval)
-from fidelity_stats import ALPHA, BOOTSTRAP_SAMPLES, decode_stats, paired_bootstrap
+from fidelity_plan import (CONVERGED_SEEDS, DD_KINDS, FAMILIES, POST_NORM_FAMILIES, RECORDS, REPO, REPORTS, by_system,
+                           converged_families, dd_choice, dd_depth, headline_pairs, partials, run_order, run_updates,
+                           stat, valid_interval)
+from fidelity_stats import ALPHA, BOOTSTRAP_SAMPLES, SEED_SAMPLES, decode_stats, paired_bootstrap, seed_bootstrap
 
 FINDINGS = Path(__file__).with_name("fidelity_findings.md")
 METRICS = (("final_train_loss", "train loss", False), ("valid_nll", "valid NLL", False),
@@ -26,42 +27,172 @@ def fmt(s: Optional[Tuple[float, float, int]], digits: int = 2) -> str:
     return f"{mean:.{digits}f} ± {spread:.{digits}f}" if n > 1 else f"{mean:.{digits}f} (1 seed)"
 
 
-def verdict(name_a: str, a: List[dict], name_b: str, b: List[dict], key: str = "bleu",
-            higher_better: bool = True, close: float = 0.0) -> str:
-    """The study's one rule for a call, applied to every headline comparison:
+#: a call whose margin beyond the larger spread is under this many BLEU is labelled "narrowly"
+#: (evidence round 3: one rule labels every thin call the same way)
+NARROW_MARGIN = 0.5
+#: still improving (evidence round 3): the valid NLL fell at each of the last K kept validations
+#: (the curve checkpoints of a converged run, ``curve_every`` updates apart), by at least MIN_FALL bits each
+IMPROVING_K = 3
+IMPROVING_MIN_FALL = 0.01
+BLEU_KEYS = ("bleu", "train_bleu")
+UNKNOWN = "unknown"
+
+
+def machine_of(r: dict) -> Dict[str, str]:
+    """CPU model, ISA (the kernels torch used) and threads of a record's training, each "unknown"
+    where neither the record nor the study's logs say it (``machine``, backfilled in round 3)."""
+    m = r.get("machine") or {}
+    return {"cpu": str(m.get("gpu") or m.get("cpu") or UNKNOWN), "isa": str(m.get("kernels") or UNKNOWN),
+            "threads": str(m.get("threads") if m.get("threads") not in (None, "") else UNKNOWN)}
+
+
+def cpu_type(r: dict) -> str:
+    """The CPU type of a run: its model and ISA ("unknown" when either is)."""
+    m = machine_of(r)
+    if UNKNOWN in (m["cpu"], m["isa"]):
+        return UNKNOWN
+    cpu = m["cpu"].replace("(R)", "").replace(" Processor", "")
+    return f"{cpu} {m['isa']}"
+
+
+def machine_mark(a: List[dict], b: List[dict]) -> Tuple[str, str]:
+    """("confounded" | "unknown" | "", text): a call is confounded when the CPU types of its two
+    sides' runs differ (as sets), its machine unknown when every run of a side has no known type."""
+    ta, tb = [cpu_type(r) for r in a], [cpu_type(r) for r in b]
+    ka, kb = {t for t in ta if t != UNKNOWN}, {t for t in tb if t != UNKNOWN}
+
+    def desc(ts):
+        return ", ".join(f"{ts.count(t)}× {t}" for t in sorted(set(ts)))
+    if ka and kb and ka != kb:
+        return "confounded", f"confounded with the machine: {desc(ta)} against {desc(tb)}"
+    if not ka or not kb:
+        return "unknown", "machine unknown" + ("" if not (ka or kb) else f": {desc(ta)} against {desc(tb)}")
+    if UNKNOWN in ta + tb:
+        return "", f"machine partly unknown: {desc(ta)} against {desc(tb)}"
+    return "", ""
+
+
+def still_improving(r: dict) -> bool:
+    """Whether a run's valid NLL still fell at each of its last IMPROVING_K kept validations (its
+    curve checkpoints), by at least IMPROVING_MIN_FALL bits each: the early-stopping rule stopped it
+    while its kept checkpoints were still improving."""
+    vals = [pt.get("valid_nll") for pt in r.get("curve") or []]
+    vals = [v for v in vals if isinstance(v, (int, float)) and math.isfinite(v)][-IMPROVING_K:]
+    return len(vals) == IMPROVING_K and all(x - y >= IMPROVING_MIN_FALL for x, y in zip(vals, vals[1:]))
+
+
+def improving_seeds(runs: List[dict]) -> List[int]:
+    return [r.get("seed") for r in runs if still_improving(r)]
+
+
+def _values(runs: List[dict], key: str) -> List[float]:
+    return [r[key] for r in runs if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+
+
+def call(name_a: str, a: List[dict], name_b: str, b: List[dict], key: str = "bleu",
+         higher_better: bool = True, close: float = 0.0) -> dict:
+    """The study's one rule for a call (evidence round 3), applied to every comparison:
 
     * both systems have >= 2 seeds, and the means differ by more than each system's spread
       (max - min over seeds);
     * for test BLEU, when every run of both systems kept its sentence statistics: the paired
-      bootstrap over the test sentences of the seed-mean BLEU (:mod:`fidelity_stats`) gives
-      p < ALPHA.  Records without them (made before the statistics were kept) are called on the
-      seed rule alone, and the call says so.
+      bootstrap over the test sentences of the seed-mean BLEU (:func:`fidelity_stats.paired_bootstrap`)
+      gives p < ALPHA (records without them are called without it, and the call says so);
+    * the seed-level test (:func:`fidelity_stats.seed_bootstrap`: seeds resampled, then sentences;
+      over seeds alone where the statistics are missing) gives p < ALPHA.
 
-    A difference under ``close`` with fewer than 3 seeds is marked as waiting for its third seed."""
+    A call that passes all three is ``better``/``worse``; one whose margin beyond the larger spread is
+    under NARROW_MARGIN BLEU is ``narrowly better``/``narrowly worse``, whatever its p values.  Marks
+    (they do not change the label): ``confounded`` when the sides' CPU types differ
+    (:func:`machine_mark`), ``still improving`` seeds (:func:`still_improving`).  A difference under
+    ``close`` with fewer than 3 seeds is marked as waiting for its third seed.
+
+    Returns {"label", "text", "delta", "margin", "boot", "seed", "machine", "improving"}."""
     sa, sb = stat(a, key), stat(b, key)
+    out = {"a": name_a, "b": name_b, "key": key, "label": "not measured", "delta": None, "margin": None,
+           "boot": None, "seed": None, "machine": ("", ""), "improving": {}}
     if sa is None or sb is None:
-        return f"{name_a} vs {name_b}: not measured"
+        out["text"] = f"{name_a} vs {name_b}: not measured"
+        return out
     diff = sa[0] - sb[0]
+    out["delta"] = diff
+    ra = [r for r in a if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    rb = [r for r in b if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    out["machine"] = machine_mark(ra, rb)
+    out["improving"] = {n: improving_seeds(rs) for n, rs in ((name_a, ra), (name_b, rb)) if improving_seeds(rs)}
+    marks = [t for t in (out["machine"][1],) if t] + [
+        f"{n} still improving (seed{'s' if len(s) > 1 else ''} {', '.join(map(str, s))} of {len(rs)})"
+        for (n, rs) in ((name_a, ra), (name_b, rb)) for s in [out["improving"].get(n)] if s]
+    tail = "".join(f" [{m}]" for m in marks)
     if min(sa[2], sb[2]) < 2:
-        return f"{name_a} vs {name_b}: {diff:+.2f} {key}, fewer than 2 seeds: no call"
+        out["label"] = "no call"
+        out["text"] = f"{name_a} vs {name_b}: {diff:+.2f} {key}, fewer than 2 seeds: no call{tail}"
+        return out
     seeds = f"{sa[2]} vs {sb[2]} seeds"
     if abs(diff) < close and min(sa[2], sb[2]) < 3:
         seeds += f"; under {close:g} apart, so a third seed is planned (issue 16) and this call waits for it"
-    boot = paired_bootstrap([decode_stats(r.get("test_stats")) for r in a if isinstance(r.get(key), (int, float))],
-                            [decode_stats(r.get("test_stats")) for r in b if isinstance(r.get(key), (int, float))]
-                            ) if key == "bleu" else None
+    sta = [decode_stats(r.get("test_stats")) for r in ra]
+    stb = [decode_stats(r.get("test_stats")) for r in rb]
+    boot = paired_bootstrap(sta, stb) if key == "bleu" else None
+    sboot = seed_bootstrap(sta if key == "bleu" else None, stb if key == "bleu" else None,
+                           scores=(_values(ra, key), _values(rb, key)))
+    out["boot"], out["seed"] = boot, sboot
     paired = ("" if key != "bleu" else "; no paired bootstrap: records without sentence statistics" if boot is None
               else f"; paired bootstrap over {boot['sentences']} test sentences: p = {boot['p']:.3f}, 95% interval "
                    f"{boot['low']:+.2f} to {boot['high']:+.2f}")
-    if abs(diff) <= max(sa[1], sb[1]):
-        return (f"{name_a} vs {name_b}: {diff:+.2f} {key}, within the spread ({max(sa[1], sb[1]):.2f}): "
-                f"no difference ({seeds}{paired})")
+    if sboot is not None:
+        paired += (f"; seed-level bootstrap ({'seeds, then ' + str(sboot['sentences']) + ' sentences' if sboot['sentences'] else 'over seeds alone'}): "
+                   f"p = {sboot['p']:.3f}")
+    spread = max(sa[1], sb[1])
+    out["margin"] = abs(diff) - spread
+    if abs(diff) <= spread:
+        out["label"] = "no difference"
+        out["text"] = (f"{name_a} vs {name_b}: {diff:+.2f} {key}, within the spread ({spread:.2f}): "
+                       f"no difference ({seeds}{paired}){tail}")
+        return out
     if boot is not None and boot["p"] >= ALPHA:
-        return (f"{name_a} vs {name_b}: {diff:+.2f} {key}, beyond the spreads ({sa[1]:.2f}, {sb[1]:.2f}) but not "
-                f"over the test sentences (p >= {ALPHA:g}): no difference ({seeds}{paired})")
+        out["label"] = "no difference"
+        out["text"] = (f"{name_a} vs {name_b}: {diff:+.2f} {key}, beyond the spreads ({sa[1]:.2f}, {sb[1]:.2f}) but "
+                       f"not over the test sentences (p >= {ALPHA:g}): no difference ({seeds}{paired}){tail}")
+        return out
+    if sboot is None or sboot["p"] >= ALPHA:
+        out["label"] = "no difference"
+        out["text"] = (f"{name_a} vs {name_b}: {diff:+.2f} {key}, beyond the spreads ({sa[1]:.2f}, {sb[1]:.2f}) but "
+                       f"not over the seeds (seed-level p >= {ALPHA:g}): no difference ({seeds}{paired}){tail}")
+        return out
     better = (diff > 0) == higher_better
-    return (f"{name_a} {'better' if better else 'worse'} than {name_b}: {diff:+.2f} {key} "
-            f"(spreads {sa[1]:.2f}, {sb[1]:.2f}; {seeds}{paired})")
+    narrow = key in BLEU_KEYS and out["margin"] < NARROW_MARGIN
+    out["label"] = ("narrowly " if narrow else "") + ("better" if better else "worse")
+    out["text"] = (f"{name_a} {out['label']} than {name_b}: {diff:+.2f} {key} "
+                   f"(spreads {sa[1]:.2f}, {sb[1]:.2f}" + (f"; {out['margin']:.2f} beyond the larger, under "
+                                                          f"{NARROW_MARGIN:g}: narrow" if narrow else "")
+                   + f"; {seeds}{paired}){tail}")
+    return out
+
+
+def verdict(name_a: str, a: List[dict], name_b: str, b: List[dict], key: str = "bleu",
+            higher_better: bool = True, close: float = 0.0) -> str:
+    """The text of :func:`call`: the study's one rule for a call."""
+    return call(name_a, a, name_b, b, key, higher_better, close)["text"]
+
+
+def round2_label(a: List[dict], b: List[dict], key: str = "bleu", higher_better: bool = True) -> str:
+    """The label the round-2 rule gave (spreads, then the paired bootstrap over sentences; no
+    seed-level test, no narrow label): what :func:`changed_calls` compares with."""
+    sa, sb = stat(a, key), stat(b, key)
+    if sa is None or sb is None:
+        return "not measured"
+    if min(sa[2], sb[2]) < 2:
+        return "no call"
+    diff = sa[0] - sb[0]
+    if abs(diff) <= max(sa[1], sb[1]):
+        return "no difference"
+    if key == "bleu":
+        boot = paired_bootstrap([decode_stats(r.get("test_stats")) for r in a if isinstance(r.get(key), (int, float))],
+                                [decode_stats(r.get("test_stats")) for r in b if isinstance(r.get(key), (int, float))])
+        if boot is not None and boot["p"] >= ALPHA:
+            return "no difference"
+    return "better" if (diff > 0) == higher_better else "worse"
 
 
 def sd(runs: List[dict], key: str = "bleu") -> str:
@@ -80,6 +211,8 @@ def table(systems: Dict[str, List[dict]], names: List[str], extra: Tuple[Tuple[s
         cells = [fmt(stat(runs, k), 3 if ("loss" in k or "nll" in k) else 2) for k, _, _ in METRICS]
         cells += [fmt(stat(runs, k), 0 if k in ("stopped_at", "best_update") else 3) for k, _ in extra] + [sd(runs)]
         seeds = ",".join(str(r.get("seed")) for r in runs) or "-"
+        if improving_seeds(runs):
+            seeds += f" (still improving: {','.join(map(str, improving_seeds(runs)))})"
         if failed:
             seeds += f" ({len(failed)} failed/diverged: seed {','.join(str(r.get('seed')) for r in failed)})"
         lines.append(f"| {n} | {seeds} | " + " | ".join(cells) + " |")
@@ -99,10 +232,16 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
     dd_sel = dd_choice(work, records)
     pairs = headline_pairs(p, dd_sel["depth"] if dd_sel else None)
 
+    made: List[dict] = []  # every call of the report, for the list of calls round 3's rule changed
+
     def calls(section: str) -> List[str]:  # the headline test-BLEU calls of one study
-        return ([f"- {verdict(a, systems[a], b, systems.get(b, []), close=p.close_bleu)}"
-                 for a, b in pairs[section] if a in systems]
-                or ["- none yet: the systems compared with a baseline have not finished"])
+        out = []
+        for a, b in pairs[section]:
+            if a in systems:
+                made.append(dict(call(a, systems[a], b, systems.get(b, []), close=p.close_bleu),
+                                 old=round2_label(systems[a], systems.get(b, []))))
+                out.append(f"- {made[-1]['text']}")
+        return out or ["- none yet: the systems compared with a baseline have not finished"]
     img = path.parent / "img"
     img.mkdir(parents=True, exist_ok=True)
     tag = f"fidelity-{p.name}"
@@ -119,11 +258,19 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
              f"first {p.train_sample} training pairs (train-sample BLEU, the degradation test of MSC Fig. 2). "
              "Each cell is the mean ± spread (max − min) over seeds; the last column is the standard deviation "
              "of test BLEU over seeds (n − 1). One rule makes every call "
-             "(`fidelity_report.verdict`): a difference is called only when it exceeds both systems' spreads "
-             f"and, for test BLEU, when the paired bootstrap over the test sentences ({BOOTSTRAP_SAMPLES} "
-             f"resamples of the seed-mean sacreBLEU, `benchmarks/fidelity_stats.py`) gives p < {ALPHA:g}; "
-             "runs recorded before their sentence statistics were kept are called on the spreads alone, "
-             "and their calls say so.", ""]
+             "(`fidelity_report.call`): a difference is called only when it exceeds both systems' spreads, "
+             f"when, for test BLEU, the paired bootstrap over the test sentences ({BOOTSTRAP_SAMPLES} "
+             f"resamples of the seed-mean sacreBLEU, `benchmarks/fidelity_stats.py`) gives p < {ALPHA:g} "
+             "(runs recorded before their sentence statistics were kept are called without it, and their calls "
+             f"say so), and when the seed-level test gives p < {ALPHA:g}: a hierarchical bootstrap "
+             f"({SEED_SAMPLES} resamples) that draws each system's seeds with replacement, then the test "
+             "sentences, and compares the resampled seed means (over the seeds' scores alone where the "
+             "sentence statistics are missing; `fidelity_stats.seed_bootstrap`). A call whose difference "
+             f"exceeds the larger spread by less than {NARROW_MARGIN:g} BLEU is labelled *narrowly* better or "
+             "worse. Marks that do not change a label: *confounded* when the two sides' runs ran on different "
+             "CPU types (model and ISA, the records' `machine`), *still improving* when a seed's valid NLL "
+             f"still fell at each of its last {IMPROVING_K} kept validations (converged runs). BLEU is always "
+             "that of the average of the last 3 checkpoints at the stop, not of the valid-best checkpoint.", ""]
     unfinished = partials(records, results)  # runs a deadline stopped: section 1c
     if planned is not None:
         missing = [n for n in planned if n not in results]
@@ -168,7 +315,9 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
         for fam in FAMILIES:  # degradation: does the deepest model fit its training data worse than the shallowest?
             lo, hi = f"{fam}-{p.depths[0]}", f"{fam}-{p.depths[-1]}"
             if lo != hi and lo in systems and hi in systems:
-                lines.append(f"- degradation, {verdict(hi, systems[hi], lo, systems[lo], 'train_bleu')}")
+                made.append(dict(call(hi, systems[hi], lo, systems[lo], 'train_bleu'),
+                                 old=round2_label(systems[hi], systems[lo], 'train_bleu')))
+                lines.append(f"- degradation, {made[-1]['text']}")
         _plot_depth(systems, p, img / f"{tag}-depth.png")
         lines += ["", f"![depth](img/{tag}-depth.png)", ""]
 
@@ -187,6 +336,18 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
         lines += table(systems, [n for n in conv_names if n in systems],
                        (("stopped_at", "stopped at"), ("best_update", "best")))
         lines += ["", "Calls (test BLEU):", ""] + calls("converged")
+        lines += ["", "Every converged run: where it ran and whether it was still improving when it stopped. "
+                  f"A run is *still improving* when its valid NLL fell at each of its last {IMPROVING_K} kept "
+                  f"validations (the single checkpoints every {p.curve_every} updates of the curves) by at least "
+                  f"{IMPROVING_MIN_FALL:g} bits each (`fidelity_report.still_improving`): the patience rule "
+                  "stopped it after about "
+                  f"{p.converged_patience * valid_interval(p)} updates without a new best, while its kept checkpoints "
+                  "were still falling. Its test BLEU, like every run's, is that of the average of the last 3 "
+                  f"checkpoints at the stop (`stopped at`, {p.save_every} updates apart), about "
+                  f"{p.converged_patience * valid_interval(p)} updates past the valid-best checkpoint (`best`): "
+                  "chosen without the test set, but not the valid-best model. CPU, ISA and threads are the "
+                  "record's `machine` (\"unknown\" where neither the record nor the study's notes say it).", ""]
+        lines += run_table([r for n in conv_names for r in systems.get(n, [])])
         if any(r.get("curve") for n in conv_names for r in systems.get(n, [])):
             _plot_converged(systems, conv_names, img / f"{tag}-converged.png")
             lines += ["", f"![BLEU vs updates](img/{tag}-converged.png)", "",
@@ -230,8 +391,11 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
             names = [f"dd-{k}-{p.dd_encoder}-{dec}" for k in DD_KINDS]
             lines += table(systems, [n for n in names if n in systems], gap)
             lines += ["", "Calls:", ""] + calls("deep-decoder")
-            lines += [f"- {verdict(n, systems[n], names[0], systems.get(names[0], []), 'unk_gap')}"
-                      for n in names[1:] if n in systems]
+            for n in names[1:]:
+                if n in systems:
+                    made.append(dict(call(n, systems[n], names[0], systems.get(names[0], []), 'unk_gap'),
+                                     old=round2_label(systems[n], systems.get(names[0], []), 'unk_gap')))
+                    lines.append(f"- {made[-1]['text']}")
         lines.append("")
 
     # 3. GPKD
@@ -267,6 +431,20 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
         lines += ["", "Calls:", ""] + calls("ssl")
         lines.append("")
 
+    if made:
+        changed = changed_calls(made)
+        confounded = [c for c in made if c["machine"][0] == "confounded"]
+        improving = [c for c in made if c["improving"]]
+        lines += ["## Round 3: the calls the seed-level rule changed, and the marks", "",
+                  f"Of the report's {len(made)} calls, {len(changed)} changed label from the round-2 rule (spreads "
+                  "and the paired bootstrap over sentences) to round 3's (the same, plus the seed-level bootstrap and "
+                  f"the narrow label: `fidelity_report.call`); {len(confounded)} are confounded with the machine (their "
+                  f"sides ran on different CPU types) and {len(improving)} compare a system with a still-improving "
+                  "seed.", ""] + (changed or ["- none"]) + [""]
+        if confounded:
+            lines += ["Confounded with the machine (the call stands as the rule makes it; the CPU type cannot be "
+                      "told apart from the system):", ""]
+            lines += [f"- {c['a']} vs {c['b']} ({c['key']}, {c['label']}): {c['machine'][1]}" for c in confounded] + [""]
     curves = {k: v for k, v in results.items() if v.get("losses")}
     if curves:
         _plot_curves(curves, img / f"{tag}-curves.png")
@@ -281,6 +459,8 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
         lines.append(f"- `{name}` (unfinished, section 1c; stopped after {r.get('train_seconds', 0):.0f} s of "
                      f"training): `{r.get('command', '')}`")
     path.write_text("\n".join(lines) + "\n")
+    if p.name in REPORTS and Path(path).resolve() == (REPO / REPORTS[p.name]).resolve() and p.name == "cpu":
+        write_evidence_table(results, p)  # the committed report's records: README's table and its page
 
 
 def _rel(path: Path) -> str:
@@ -306,6 +486,31 @@ def _save(plt, fig, path: Path) -> None:
     plt.close(fig)
 
 
+#: one colour per depth-study system in every figure of the report (matplotlib's tab10)
+FAMILY_COLOURS = dict(zip(FAMILIES, ("#d62728", "#1f77b4", "#ff7f0e", "#9467bd", "#2ca02c", "#8c564b",
+                                     "#e377c2", "#17becf")))
+OTHER_COLOURS = ("#7f7f7f", "#bcbd22", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd")
+
+
+def family_of(name: str) -> Optional[str]:
+    """The depth-study system (a key of FAMILIES) of a run or system name, None for the others."""
+    import re
+
+    m = re.match(r"^(?:conv-)?(.+?)-\d+(?:-s\d+)?$", name)
+    return m.group(1) if m and m.group(1) in FAMILIES else None
+
+
+def colour_of(name: str) -> str:
+    """The colour of a system in every figure: its family's, else a fixed one by its name."""
+    import zlib
+
+    fam = family_of(name)
+    if fam:
+        return FAMILY_COLOURS[fam]
+    base = name.rsplit("-s", 1)[0] if name.rsplit("-s", 1)[-1].isdigit() else name
+    return OTHER_COLOURS[zlib.crc32(base.encode()) % len(OTHER_COLOURS)]
+
+
 def _plot_depth(systems, p, path: Path) -> None:
     plt = _pyplot()
 
@@ -316,7 +521,7 @@ def _plot_depth(systems, p, path: Path) -> None:
             pts = [(n, s) for n, s in pts if s]
             if pts:
                 ax.errorbar([n for n, _ in pts], [s[0] for _, s in pts], yerr=[s[1] / 2 for _, s in pts],
-                            marker="o", capsize=3, label=fam)
+                            marker="o", capsize=3, label=fam, color=FAMILY_COLOURS[fam])
         ax.set_xlabel("encoder layers")
         ax.set_ylabel(label)
         ax.set_xticks(list(p.depths))
@@ -342,7 +547,7 @@ def remaining_hours(p, missing: List[str], results: Dict[str, dict]) -> float:
         steps = r.get("losses")[-1][0] if r.get("losses") else None
         machine = r.get("machine") or {}
         if r.get("train_seconds") and steps and machine.get("device") != "cuda":
-            rate.setdefault(depth(n), []).append(r["train_seconds"] * int(machine.get("threads") or 1) / steps)
+            rate.setdefault(depth(n), []).append(r["train_seconds"] * _threads(machine) / steps)
     every = [x for xs in rate.values() for x in xs]
     if not every:
         return 0.0
@@ -353,6 +558,14 @@ def remaining_hours(p, missing: List[str], results: Dict[str, dict]) -> float:
         points = updates // p.curve_every if n.startswith("conv-") and p.curve_every else 0
         total += per * updates + 60 + 40 * points
     return total / 3600
+
+
+def _threads(machine: dict) -> int:
+    """The threads a record trained with; 1 where unknown (the records made before they were kept)."""
+    try:
+        return int(machine.get("threads") or 1)
+    except (TypeError, ValueError):
+        return 1
 
 
 def order_budget(p, missing: List[str], results: Dict[str, dict]) -> List[Tuple[str, str, int, float]]:
@@ -451,17 +664,36 @@ def weights_table(systems: Dict[str, List[dict]]) -> List[str]:
 
 
 def _plot_converged(systems, names, path: Path) -> None:
+    """One panel per encoder depth: each system's seed mean of the single-checkpoint test BLEU at
+    every curve point, with a band from the lowest to the highest seed, in its colour
+    (FAMILY_COLOURS); a point that fewer seeds reached is the mean of those (curve_table says how many)."""
+    import re
+
     plt = _pyplot()
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for n in names:
-        points = curve_points(systems.get(n, []))
-        if points:
+    depths = sorted({int(m.group(1)) for n in names for m in [re.search(r"-(\d+)$", n)] if m})
+    fig, axes = plt.subplots(1, len(depths), figsize=(4.8 * len(depths), 3.8), squeeze=False, sharey=True)
+    for ax, depth in zip(axes[0], depths):
+        for n in names:
+            if not n.endswith(f"-{depth}"):
+                continue
+            points = curve_points(systems.get(n, []))
+            if not points:
+                continue
             xs = sorted(points)
-            ax.plot(xs, [statistics.fmean(points[x]) for x in xs], marker=".", label=n, linewidth=0.9)
-    ax.set_xlabel("update")
-    ax.set_ylabel("test sacreBLEU (single checkpoint)")
-    ax.legend(fontsize=5, ncol=2)
+            seeds = len(systems.get(n, []))
+            mean = [statistics.fmean(points[x]) for x in xs]
+            colour = colour_of(n)
+            improving = improving_seeds(systems.get(n, []))
+            label = (family_of(n) or n) + (f" (still improving: {len(improving)} of {seeds})" if improving else "")
+            ax.plot(xs, mean, marker=".", label=label, linewidth=1.2, color=colour)
+            ax.fill_between(xs, [min(points[x]) for x in xs], [max(points[x]) for x in xs], color=colour, alpha=0.18,
+                            linewidth=0)
+        ax.set_title(f"{depth}-layer encoder (seed mean, band: min-max over seeds)", fontsize=9)
+        ax.set_xlabel("update")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    axes[0][0].set_ylabel("test sacreBLEU (single checkpoint)")
     _save(plt, fig, path)
 
 
@@ -477,11 +709,183 @@ def _plot_curves(results, path: Path) -> None:
     groups = [(t, ns) for t, ns in groups if ns]
     fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 3.6), squeeze=False)
     for ax, (title, names) in zip(axes[0], groups):
+        shown = set()
         for n in names:
             xs, ys = zip(*results[n]["losses"])
-            ax.plot(xs, ys, label=n, linewidth=0.8)
+            system = results[n].get("system", n)
+            ax.plot(xs, ys, label=system if system not in shown else "_nolegend_", linewidth=0.8, color=colour_of(n))
+            shown.add(system)
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("update")
         ax.set_ylabel("train loss")
         ax.legend(fontsize=4, ncol=2)
     _save(plt, fig, path)
+
+
+def run_table(runs: List[dict]) -> List[str]:
+    """One row per run: its machine, where it stopped, its last kept valid NLLs and the still-improving mark."""
+    lines = ["| run | CPU | ISA | threads | stopped at (best) | valid NLL of the last kept checkpoints | still improving | test BLEU |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        m = machine_of(r)
+        curve = [pt for pt in r.get("curve") or [] if isinstance(pt.get("valid_nll"), (int, float))][-IMPROVING_K:]
+        kept = " / ".join(f"{pt['valid_nll']:.3f}" for pt in curve) + (
+            f" at {'-'.join(str(pt['updates']) for pt in curve[::max(1, len(curve) - 1)])}" if curve else "-")
+        lines.append(f"| {r.get('name')} | {m['cpu']} | {m['isa']} | {m['threads']} | {r.get('stopped_at', '-')} "
+                     f"({r.get('best_update', '-')}) | {kept} | {'**still improving**' if still_improving(r) else 'no'} | "
+                     f"{r.get('bleu', '-')} |")
+    return lines
+
+
+def changed_calls(made: List[dict]) -> List[str]:
+    """The calls whose label round 3's rule changed (old: :func:`round2_label`), with why."""
+    out = []
+    for c in made:
+        if c.get("old") == c["label"]:
+            continue
+        why = []
+        if c["label"].startswith("narrowly"):
+            why.append(f"{c['margin']:.2f} BLEU beyond the larger spread, under {NARROW_MARGIN:g}: narrow")
+        if c["label"] == "no difference" and c.get("seed") and c["seed"]["p"] >= ALPHA:
+            why.append(f"seed-level p = {c['seed']['p']:.3f}")
+        out.append(f"- {c['a']} vs {c['b']} ({c['key']}): {c['old']} → **{c['label']}**"
+                   + (f" ({'; '.join(why)})" if why else ""))
+    return out
+
+
+# ----------------------------------------------------------------------- the README's evidence table
+README = REPO / "README.md"
+EVIDENCE_TABLE = REPO / "docs" / "evidence-table.md"
+EVIDENCE_START, EVIDENCE_END = "<!-- evidence-table:start -->", "<!-- evidence-table:end -->"
+DISPLAY = {"postnorm": "post-norm", "prenorm": "pre-norm", "transparent-post": "transparent (post-norm)",
+           "transparent-pre": "transparent (pre-norm)", "dlcl": "DLCL", "msc": "MSC", "deepnorm": "DeepNorm",
+           "admin": "Admin"}
+
+
+def _short(system: str) -> str:
+    """conv-transparent-post-12 -> 'transparent (post-norm)-12'; other systems keep their name."""
+    fam, n = family_of(system), system.rsplit("-", 1)[-1]
+    return f"{DISPLAY[fam]}-{n}" if fam else system
+
+
+def _call_cell(c: dict, with_delta: bool = True) -> str:
+    """A call as the evidence table shows it: its label against its reference, and its marks."""
+    if c["label"] in ("not measured", "no call"):
+        return f"{c['label']} against {_short(c['b'])}"
+    rel = "than" if c["label"] not in ("no difference",) else "from"
+    text = f"{c['label']} {rel} {_short(c['b'])}" + (f" ({c['delta']:+.2f})" if with_delta else "")
+    marks = []
+    if c["machine"][0] == "confounded":
+        marks.append("confounded with the CPU type")
+    for n, seeds in c["improving"].items():
+        marks.append(f"{_short(n)} still improving ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})")
+    return text + "".join(f"; {m}" for m in marks)
+
+
+def evidence_rows(results: Dict[str, dict], p) -> List[Tuple[str, int, List[dict], Optional[dict]]]:
+    """(family, depth, runs, call against its baseline) of every converged system with records: a
+    method against the plain stack of its norm placement at its depth, a plain stack against itself
+    at the shallowest depth (None there: it is the baseline)."""
+    systems, rows = by_system(results), []
+    for n in p.depths:
+        for fam in converged_families(p, n, results):
+            name = f"conv-{fam}-{n}"
+            if name not in systems:
+                continue
+            if fam in ("prenorm", "postnorm"):
+                ref = None if n == p.depths[0] else f"conv-{fam}-{p.depths[0]}"
+            else:
+                ref = f"conv-{'postnorm' if fam in POST_NORM_FAMILIES else 'prenorm'}-{n}"
+            c = None if ref is None else call(name, systems[name], ref, systems.get(ref, []), close=p.close_bleu)
+            rows.append((fam, n, systems[name], c))
+    return rows
+
+
+def paper_sentences(results: Dict[str, dict], p) -> List[str]:
+    """One sentence per paper, each made of the rule's labels (:func:`call`) and nothing else."""
+    systems = by_system(results)
+    deep = [n for n in p.depths]
+
+    def labels(fam: str, ref_fam: str, prefix: str = "conv-", ref_depth: Optional[int] = None) -> str:
+        out = []
+        for n in deep:
+            a, b = f"{prefix}{fam}-{n}", f"{prefix}{ref_fam}-{ref_depth or n}"
+            if a == b:
+                continue
+            if a in systems and b in systems:
+                c = call(a, systems[a], b, systems[b], close=p.close_bleu)
+                out.append(f"{n} layers: {c['label']} ({c['delta']:+.2f})"
+                           + (" [confounded]" if c["machine"][0] == "confounded" else "")
+                           + (" [still improving]" if c["improving"] else ""))
+        return "; ".join(out) or "not measured"
+
+    def one(a: str, b: str) -> str:
+        if a not in systems or b not in systems:
+            return f"{_short(a)} against {_short(b)}: not measured"
+        c = call(a, systems[a], b, systems[b], close=p.close_bleu)
+        return f"{_short(a)} {_call_cell(c)}"
+
+    base, lo = f"prenorm-{p.depths[0]}", p.depths[0]
+    dd = dd_depth(REPO / "work" / "fidelity" / p.name, REPO / RECORDS / p.name) or p.dd_depths[-1]
+    return [
+        f"- **MSC** (Wei et al. 2020), converged, against plain pre-norm: {labels('msc', 'prenorm')}; the plain "
+        f"stacks' degradation it starts from (plain pre-norm against pre-norm-{lo}): "
+        f"{labels('prenorm', 'prenorm', ref_depth=lo)}.",
+        f"- **Transparent attention** (Bapna et al. 2018), converged, against plain post-norm: "
+        f"{labels('transparent-post', 'postnorm')}; against plain pre-norm: {labels('transparent-pre', 'prenorm')}.",
+        f"- **DLCL** (Wang et al. 2019a), converged, against plain pre-norm: {labels('dlcl', 'prenorm')}.",
+        f"- **DeepNorm** (Wang et al. 2022), converged, against plain post-norm: {labels('deepnorm', 'postnorm')}.",
+        f"- **Admin** (Liu et al. 2020), converged, against plain post-norm: {labels('admin', 'postnorm')}.",
+        f"- **Deep decoder** (Findings of ACL 2022), at the short budget ({p.updates} updates): "
+        + "; ".join(one(f"dd-{k}-{p.dd_encoder}-{dd}", f"dd-plain-{p.dd_encoder}-{dd}") for k in DD_KINDS[1:])
+        + f"; its premise: {one(f'dd-plain-{p.dd_encoder}-{dd}', f'dd-plain-{p.dd_encoder}-{p.dd_depths[0]}')}.",
+        f"- **GPKD and skipping sub-layer** (Li et al. 2021), short budget and matched compute: "
+        f"{one(f'gpkd-student-{lo}', base + '-matched')}; {one(f'gpkd-student-{lo}', f'skd-only-{lo}-matched')}; "
+        f"{one(f'gpkd-teacher-{p.teacher_layers}', base)}; "
+        f"{one(f'ssl-stage2-skip-{p.ssl_layers}', f'ssl-stage2-plain-{p.ssl_layers}')}.",
+    ]
+
+
+def evidence_table(results: Dict[str, dict], p, prefix: str = "") -> str:
+    """The README's evidence table (issue 72): system × depth, converged test BLEU ± spread over
+    seeds, the call against its baseline by the study's rule (:func:`call`), links to the records
+    (``prefix``: the path from the page to the repository), then one sentence per paper."""
+    rec = f"{prefix}{RECORDS.as_posix()}/{p.name}"
+    lines = [f"Generated by `fidelity_report.evidence_table` from the records in `{RECORDS.as_posix()}/{p.name}` "
+             f"(preset `{p.name}`; the full report, every figure and its history: [docs/fidelity.md]({prefix}docs/fidelity.md)). "
+             "Converged: each run stopped by early stopping on the valid set; BLEU is sacreBLEU of the average of "
+             "its last 3 checkpoints, mean ± spread (max − min) over seeds. A call needs the spreads, the paired "
+             f"bootstrap over test sentences and the seed-level bootstrap (p < {ALPHA:g} each); *narrowly*: under "
+             f"{NARROW_MARGIN:g} BLEU beyond the larger spread; *confounded*: its two sides ran on different CPU types; "
+             f"*still improving*: a seed's valid NLL still fell at each of its last {IMPROVING_K} kept checkpoints.", "",
+             "| system | encoder layers | test BLEU | call against its baseline | records |", "|---|---|---|---|---|"]
+    for fam, n, runs, c in evidence_rows(results, p):
+        s = stat(runs, "bleu")
+        imp = improving_seeds(runs)
+        bleu = ("-" if s is None else f"{s[0]:.2f} ± {s[1]:.2f} ({s[2]} seeds)") + (
+            f", still improving: {len(imp)} of {len(runs)}" if imp else "")
+        links = " ".join(f"[s{r.get('seed')}]({rec}/{r.get('name')}.json)" for r in runs)
+        lines.append(f"| {DISPLAY[fam]} | {n} | {bleu} | {'the baseline' if c is None else _call_cell(c)} | {links} |")
+    lines += ["", *paper_sentences(results, p)]
+    return "\n".join(lines) + "\n"
+
+
+def write_evidence_table(results: Dict[str, dict], p, readme: Path = README, page: Path = EVIDENCE_TABLE) -> bool:
+    """docs/evidence-table.md, and README's block between the markers where README has them (True
+    then); nothing of README outside the markers is touched."""
+    page.write_text("# The evidence, in one table\n\n" + evidence_table(results, p, prefix="../"))
+    text = readme.read_text() if readme.exists() else ""
+    if EVIDENCE_START not in text or EVIDENCE_END not in text:
+        return False
+    head, rest = text.split(EVIDENCE_START, 1)
+    _, tail = rest.split(EVIDENCE_END, 1)
+    readme.write_text(head + EVIDENCE_START + "\n" + evidence_table(results, p) + EVIDENCE_END + tail)
+    return True
+
+
+def readme_evidence_block(readme: Path = README) -> Optional[str]:
+    """The text between README's markers, None when they are missing."""
+    text = readme.read_text() if readme.exists() else ""
+    if EVIDENCE_START not in text or EVIDENCE_END not in text:
+        return None
+    return text.split(EVIDENCE_START, 1)[1].split(EVIDENCE_END, 1)[0].lstrip("\n")

@@ -1116,3 +1116,164 @@ def test_the_cuda_flag_reaches_the_study_and_is_refused_without_a_gpu(tmp_path, 
     with pytest.raises(SystemExit) as e:
         fidelity.main(argv + ["--cuda"])
     assert e.value.code == 2 and seen == [True, False]
+
+
+# ------------------------------------------------------------------ evidence round 3 (issue 69)
+def _sentences(seed=5, n=80):
+    import random
+
+    rng = random.Random(seed)
+    words = "der die das haus ist gut ein mann frau kind und oder nicht".split()
+    refs = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 9))) for _ in range(n)]
+    noisy = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 9))) for _ in range(n)]
+    return refs, noisy
+
+
+def _system(refs, noisy, good_every):
+    """Sentence statistics of a system that gets every ``good_every``-th sentence right (0: none)."""
+    from fidelity_stats import sentence_stats
+
+    hyps = [r if good_every and i % good_every == 0 else h for i, (r, h) in enumerate(zip(refs, noisy))]
+    return sentence_stats(hyps, refs)
+
+
+def test_the_seed_level_test_finds_a_difference_every_seed_shows_and_not_a_one_seed_outlier():
+    """Three seeds a side.  Every seed of A gets more sentences right than every seed of B: the
+    seed-level bootstrap finds it (p < 0.05).  Only one seed of A does (the other two are B's): the
+    paired bootstrap over sentences, which averages the seeds, still finds a difference, but the
+    seed-level one does not, since the resamples without that seed have none."""
+    from fidelity_stats import ALPHA, paired_bootstrap, seed_bootstrap
+
+    refs, noisy = _sentences()
+    b = [_system(refs, noisy[k:] + noisy[:k], 0) for k in range(3)]
+    every = [_system(refs, noisy[k:] + noisy[:k], 3) for k in range(3)]
+    res = seed_bootstrap(every, b, samples=400)
+    assert res["delta"] > 5 and res["p"] < ALPHA and res["low"] > 0 and res["seeds"] == (3, 3)
+    assert res == seed_bootstrap(every, b, samples=400)  # deterministic
+    outlier = [_system(refs, noisy, 2)] + b[1:]
+    assert paired_bootstrap(outlier, b, samples=400)["p"] < ALPHA  # the sentence-level test alone calls it
+    # about (2/3)^3 of the resamples draw no outlier, and about half of those have the other sign
+    assert seed_bootstrap(outlier, b, samples=400)["p"] > 0.1
+    # without sentence statistics, the seeds' scores alone are resampled
+    assert seed_bootstrap(None, None, scores=([20.0, 10.0, 10.0], [10.0, 10.0, 10.0]))["p"] > 0.2
+    assert seed_bootstrap(None, None, scores=([11.0, 11.2, 11.1], [10.0, 10.1, 10.2]))["p"] < ALPHA
+    assert seed_bootstrap(None, None, scores=([11.0], [10.0, 10.1])) is None
+
+
+def test_a_thin_call_is_labelled_narrow_by_the_rule_and_a_wide_one_is_not():
+    from fidelity_report import NARROW_MARGIN, call, changed_calls, round2_label
+
+    a = [_run("a", s, v) for s, v in ((1, 22.0), (2, 22.1), (3, 22.2))]
+    b = [_run("b", s, v) for s, v in ((1, 21.0), (2, 21.4), (3, 21.9))]  # spread 0.9, diff 0.67: within
+    thin = [_run("b", s, v) for s, v in ((1, 20.9), (2, 21.0), (3, 21.6))]  # diff 0.93, 0.23 beyond spread 0.7
+    wide = [_run("b", s, v) for s, v in ((1, 19.0), (2, 19.1), (3, 19.3))]
+    assert call("a", a, "b", b)["label"] == "no difference"
+    c = call("a", a, "b", thin)
+    assert c["label"] == "narrowly better" and 0 < c["margin"] < NARROW_MARGIN and "narrow" in c["text"]
+    assert call("a", a, "b", wide)["label"] == "better"
+    assert round2_label(a, thin) == "better"
+    assert changed_calls([dict(c, old=round2_label(a, thin))]) == [
+        f"- a vs b (bleu): better → **narrowly better** ({c['margin']:.2f} BLEU beyond the larger spread, under "
+        f"{NARROW_MARGIN:g}: narrow)"]
+
+
+def test_a_call_whose_sides_ran_on_different_cpu_types_is_marked_confounded():
+    from fidelity_report import call, cpu_type, machine_of
+
+    xeon = {"cpu": "Intel(R) Xeon(R) Processor", "kernels": "AVX512", "threads": 1}
+    epyc = {"cpu": "AMD EPYC", "kernels": "AVX512", "threads": 2}
+    a = [_run("a", s, 20.0 + s / 10, machine=xeon) for s in (1, 2, 3)]
+    b = [_run("b", s, 15.0 + s / 10, machine=epyc) for s in (1, 2, 3)]
+    assert cpu_type(a[0]) == "Intel Xeon AVX512" and machine_of(b[0])["threads"] == "2"
+    c = call("a", a, "b", b)
+    assert c["label"] == "better" and c["machine"][0] == "confounded"
+    assert "[confounded with the machine: 3× Intel Xeon AVX512 against 3× AMD EPYC AVX512]" in c["text"]
+    mixed = [_run("b", s, 15.0 + s / 10, machine=epyc if s > 1 else xeon) for s in (1, 2, 3)]
+    assert call("a", a, "b", mixed)["machine"][0] == "confounded"  # a different mix is a different machine
+    same = [_run("b", s, 15.0 + s / 10, machine=xeon) for s in (1, 2, 3)]
+    assert call("a", a, "b", same)["machine"] == ("", "") and "confounded" not in call("a", a, "b", same)["text"]
+    unknown = [_run("b", s, 15.0 + s / 10) for s in (1, 2, 3)]  # a record without its machine
+    assert machine_of(unknown[0]) == {"cpu": "unknown", "isa": "unknown", "threads": "unknown"}
+    assert call("a", a, "b", unknown)["machine"][0] == "unknown" and "machine unknown" in call("a", a, "b", unknown)["text"]
+
+
+def test_a_still_improving_run_is_marked_in_the_table_and_in_its_calls():
+    from fidelity_report import IMPROVING_K, call, still_improving, table
+
+    def conv(seed, nlls, bleu):
+        return _run("conv-x-24", seed, bleu, curve=[{"updates": 800 * (i + 1), "valid_nll": v, "bleu": 1.0}
+                                                     for i, v in enumerate(nlls)], stopped_at=800 * len(nlls) + 800)
+
+    falling = conv(1, [5.0, 4.6, 4.4, 4.3], 18.0)
+    flat = conv(2, [5.0, 4.6, 4.3, 4.3], 18.5)  # its last step did not fall
+    tiny = conv(3, [5.0, 4.6, 4.305, 4.3], 18.2)  # fell by under IMPROVING_MIN_FALL
+    assert IMPROVING_K == 3 and still_improving(falling) and not still_improving(flat) and not still_improving(tiny)
+    assert not still_improving(conv(4, [4.4, 4.3], 18.0))  # fewer than K kept validations
+    rows = table({"conv-x-24": [falling, flat, tiny]}, ["conv-x-24"])
+    assert "| conv-x-24 | 1,2,3 (still improving: 1) |" in rows[2]
+    ref = [_run("conv-y-24", s, 10.0 + s / 10) for s in (1, 2, 3)]
+    c = call("conv-x-24", [falling, flat, tiny], "conv-y-24", ref)
+    assert c["improving"] == {"conv-x-24": [1]} and "[conv-x-24 still improving (seed 1 of 3)]" in c["text"]
+
+
+def test_every_committed_record_says_its_cpu_isa_and_threads():
+    """Round 3 backfilled the machine of every record ("unknown" where nothing says it)."""
+    from fidelity_plan import RECORDS, REPO
+
+    files = [f for f in (REPO / RECORDS).rglob("*.json") if f.name not in ("preset.json", "dd-depth.json")]
+    assert len(files) > 150
+    for f in files:
+        m = json.loads(f.read_text()).get("machine") or {}
+        assert all(m.get(k) not in (None, "") for k in ("cpu", "kernels", "threads")), f
+
+
+def test_readmes_evidence_table_is_the_one_the_records_make(tmp_path):
+    """README's evidence table (issue 72) is generated from the committed records between two
+    markers; it and docs/evidence-table.md must equal what the records make now, so a record that
+    changes without the table failing here cannot happen."""
+    import fidelity_plan as plan
+    import fidelity_report as report
+
+    results = plan.finished(tmp_path / "no-work", plan.REPO / plan.RECORDS / "cpu")
+    p = plan.PRESETS["cpu"]
+    table = report.evidence_table(results, p)
+    block = report.readme_evidence_block()
+    assert block is not None, (
+        f"README.md has no evidence table: add the lines {report.EVIDENCE_START} and {report.EVIDENCE_END} where it "
+        "belongs, then run `python benchmarks/fidelity.py --preset cpu --report-only`, which writes it between them")
+    assert block == table, "README's evidence table differs from the records: run `python benchmarks/fidelity.py --preset cpu --report-only`"
+    assert report.EVIDENCE_TABLE.read_text() == "# The evidence, in one table\n\n" + report.evidence_table(results, p, "../")
+    # a record that changes changes the table
+    name = "conv-msc-24-s1"
+    changed = dict(results, **{name: dict(results[name], bleu=results[name]["bleu"] + 3)})
+    assert report.evidence_table(changed, p) != table
+
+
+def test_write_evidence_table_replaces_only_the_block_between_the_markers(tmp_path):
+    import fidelity_plan as plan
+    import fidelity_report as report
+
+    results = {r["name"]: r for r in (_run("conv-prenorm-2", 1, 3.0), _run("conv-prenorm-2", 2, 3.5),
+                                      _run("conv-msc-2", 1, 5.0), _run("conv-msc-2", 2, 5.4))}
+    p, readme, page = plan.PRESETS["tiny"], tmp_path / "README.md", tmp_path / "evidence-table.md"
+    readme.write_text("# title\n")
+    assert not report.write_evidence_table(results, p, readme, page) and readme.read_text() == "# title\n"
+    assert "| MSC | 2 | 5.20 ± 0.40 (2 seeds) | better than pre-norm-2 (+1.95)" in page.read_text()
+    readme.write_text(f"# title\n{report.EVIDENCE_START}\nold\n{report.EVIDENCE_END}\nrest\n")
+    assert report.write_evidence_table(results, p, readme, page)
+    text = readme.read_text()
+    assert text.startswith("# title\n") and text.endswith(f"{report.EVIDENCE_END}\nrest\n") and "old" not in text
+    assert report.readme_evidence_block(readme) == report.evidence_table(results, p)
+
+
+def test_the_findings_give_the_figures_the_records_make():
+    """Figures of the findings that the records make (issue 72 found two stale)."""
+    import fidelity_plan as plan
+    import fidelity_report as report
+
+    systems = plan.by_system(plan.finished(Path("/nonexistent"), plan.REPO / plan.RECORDS / "cpu"))
+    text = " ".join(report.FINDINGS.read_text().split())
+    admin = plan.stat(systems["admin-12"], "bleu")
+    assert f"{admin[0]:.2f} ± {admin[1]:.2f} (3 seeds)" in text
+    lo, hi = (plan.stat(systems[f"conv-prenorm-{n}"], "train_bleu")[0] for n in (6, 24))
+    assert f"plain pre-norm {lo - hi:.2f}, {lo:.2f} → {hi:.2f} (three seeds at 24)" in text
