@@ -44,7 +44,7 @@ MODELS = {"student 6-6": (6, 6), "DESDAR 48-1": (48, 1), "deep 48-6": (48, 6)}
 
 
 def build(enc: int, dec: int):
-    from deepnmt_fairseq.cli.param_counts import build_model
+    from deepnmt_fairseq.analysis.param_counts import build_model
 
     s = SHAPE
     flags = ["--encoder-layers", enc, "--decoder-layers", dec, "--encoder-embed-dim", s["d"], "--decoder-embed-dim",

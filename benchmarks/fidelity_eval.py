@@ -95,7 +95,7 @@ def main(argv=None) -> int:
                     help="skip the train-sample BLEU (the points of a BLEU-vs-updates curve)")
     a = ap.parse_args(argv)
     if a.average_dir and not Path(a.checkpoint).exists():
-        from deepnmt_fairseq.cli import average_checkpoints
+        from deepnmt_fairseq import checkpoint_averaging as average_checkpoints
 
         average_checkpoints.main(["--inputs", a.average_dir, "--num-checkpoints", "3", "--output", a.checkpoint])
 

@@ -55,6 +55,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from deepnmt_deploy.help_format import HelpFormatter
 from . import debs
 from . import libreoffice_help as lo
 from .debs import DebFiles, find_pkg_deb, read_deb_files
@@ -371,8 +372,9 @@ def write_output(out: Path, force: bool, splits, stats: dict, notice: str) -> No
 # Main
 # --------------------------------------------------------------------------
 
-def parse_args(argv=None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
+        prog="deepnmt-build-evidence-corpus", formatter_class=HelpFormatter,
         description="Build the en-de evidence-study (GPU preset) corpus: LibreOffice help "
                     "(all lengths) + GIMP help (paired by document structure) from the "
                     "Debian packages " + ", ".join(ALL_PACKAGES) + ".")
@@ -387,7 +389,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="fraction of each source's pairs (whole documents) for valid and "
                          f"for test each (default: {lo.HELDOUT_FRACTION})")
     ap.add_argument("--force", action="store_true", help="replace an existing output directory")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
     if not 0 < args.heldout_fraction < 0.5:
         ap.error("--heldout-fraction must be in (0, 0.5)")
     return args

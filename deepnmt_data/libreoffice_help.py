@@ -56,6 +56,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deepnmt_deploy.help_format import HelpFormatter
 from .debs import (DebFiles, ExtractError, add_deb_source_args, checked_out_dir, deb_dir, download_packages,
                    find_pkg_deb, package_entry, publish_dataset, read_deb_files, run_reporting_errors,
                    write_gz_lines)
@@ -510,8 +511,9 @@ def write_dataset(out: Path, args, packages, stats: dict, shipped, full_train) -
 # Main
 # --------------------------------------------------------------------------
 
-def parse_args(argv=None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
+        prog="deepnmt-extract-libreoffice-help", formatter_class=HelpFormatter,
         description="Extract a sentence-aligned parallel corpus from the LibreOffice "
                     "help shipped in the Debian libreoffice-help-* packages.",
         epilog="Example: %(prog)s --src en --tgt de --out data/libreoffice-help/en-de "
@@ -533,7 +535,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--full", action="store_true",
                     help="also write the complete, unsampled train split to OUT/full/")
     ap.add_argument("--force", action="store_true", help="replace an existing output directory")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
     if args.src == args.tgt:
         ap.error("--src and --tgt must differ")
     if args.max_train_words < 1 or args.train_size < 0:

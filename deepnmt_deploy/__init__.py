@@ -25,6 +25,9 @@ INSTALL_HINT = ("CTranslate2 is not installed: pip install ctranslate2==4.8.5 (t
 #: the file written next to the CTranslate2 model: tokenization, languages, limits, provenance
 METADATA = "deepnmt_export.json"
 
+#: the weight types deepnmt-export-ct2 can store (CTranslate2's compute types)
+QUANTIZATIONS = ("int8", "int8_float32", "int16", "float32", "float16")
+
 
 def require_ctranslate2():
     """Import CTranslate2 or fail with the install command."""

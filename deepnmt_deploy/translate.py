@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, List, Optional, TextIO, Union
 
 from . import METADATA, require_ctranslate2
+from .help_format import HelpFormatter
 from .text import TextPipeline, Tokenization
 
 logger = logging.getLogger("deepnmt_deploy")
@@ -216,9 +217,20 @@ def _count_lines(path: str) -> int:
         return sum(1 for _ in f)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="deepnmt-translate", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+HELP = """\
+Translate raw text with a model exported by deepnmt-export-ct2 (CTranslate2): the model's own
+tokenization and BPE, beam search, BPE removal and detokenization.  One output line for every
+input line, in input order; a line that cannot be translated gives an empty line and a warning
+naming it.
+
+  deepnmt-translate --model OUT_DIR < raw.src > raw.hyp
+  deepnmt-translate --model OUT_DIR --input raw.src --output raw.hyp --beam 5 --batch-size 32
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="deepnmt-translate", description=HELP,
+                                formatter_class=HelpFormatter)
     p.add_argument("--model", required=True, help="directory written by deepnmt-export-ct2")
     p.add_argument("--input", "-i", help="raw source text, one sentence per line (default: stdin)")
     p.add_argument("--output", "-o", help="where translations go (default: stdout)")
@@ -237,6 +249,11 @@ def main(argv=None) -> int:
     p.add_argument("--compute-type", default="default",
                    help="CTranslate2 compute type (default: the exported weights' type; e.g. int8, float16)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar when reading a file")
+    return p
+
+
+def main(argv=None) -> int:
+    p = build_parser()
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -131,7 +131,7 @@ def hypotheses(stdout: str):
 # ---------------------------------------------------------------- in-process
 def build_model(arch="deepnmt_transformer", extra=(), vocab=40, seed=0):
     """An in-process model with a dummy vocabulary (no data needed)."""
-    from deepnmt_fairseq.cli.param_counts import build_model as _build
+    from deepnmt_fairseq.analysis.param_counts import build_model as _build
 
     torch.manual_seed(seed)
     return _build(arch, vocab, [str(a) for a in extra])

@@ -314,7 +314,7 @@ def test_hypotheses_from_generate_output_and_results_files(tmp_path):
 
 
 def test_every_command_has_help():
-    from deepnmt_fairseq.cli import attention, difficulty, plot
+    from deepnmt_cli import attention, difficulty, plot
 
     for mod, subs in ((plot, ["grad-norms", "grad-ratio", "mixing", "gates", "degradation", "depth"]),
                       (difficulty, ["split", "evaluate"]), (attention, [None])):
@@ -411,7 +411,7 @@ def _csv(path):
 
 @pytest.mark.slow
 def test_plot_commands_write_png_and_the_logged_numbers(runs, tmp_path):
-    from deepnmt_fairseq.cli import plot
+    from deepnmt_cli import plot
 
     tr, msc = str(runs["transparent"]), str(runs["msc"])
     lines = _json_lines(runs["transparent"])
@@ -454,7 +454,7 @@ def test_plot_commands_write_png_and_the_logged_numbers(runs, tmp_path):
                       "--out", str(out)]) == 0
     rows = _csv(out / "depth.csv")
     assert [r["experiment"] for r in rows] == ["msc_6l", "msc_12l", "deepnmt_transformer"]
-    from deepnmt_fairseq.cli.param_counts import build_model as build_arch, count_parameters
+    from deepnmt_fairseq.analysis.param_counts import build_model as build_arch, count_parameters
 
     assert float(rows[2]["params"]) == count_parameters(build_arch("deepnmt_transformer", 64))
 
@@ -465,7 +465,7 @@ def test_difficulty_split_and_evaluation(runs, data_bin, tmp_path):
 
     from deepnmt_fairseq.analysis.difficulty import corpus_bleu
     from deepnmt_fairseq.analysis.models import load_model, load_split
-    from deepnmt_fairseq.cli import difficulty
+    from deepnmt_cli import difficulty
 
     ckdir = runs["transparent"].parent
     split = tmp_path / "split"
@@ -527,7 +527,7 @@ def test_difficulty_split_and_evaluation(runs, data_bin, tmp_path):
 
 @pytest.mark.slow
 def test_attention_and_degradation(runs, data_bin, tmp_path, capsys):
-    from deepnmt_fairseq.cli import attention, plot
+    from deepnmt_cli import attention, plot
 
     msc_ckpt = runs["msc"].parent / "checkpoint_last.pt"
     tr_ckpt = runs["transparent"].parent / "checkpoint_last.pt"
@@ -568,7 +568,7 @@ def test_attention_and_degradation(runs, data_bin, tmp_path, capsys):
 def test_tensorboard_logs_are_read_when_available(data_bin, tmp_path):
     pytest.importorskip("tensorboard")
     from deepnmt_fairseq.analysis.logs import diagnostics, read_run
-    from deepnmt_fairseq.cli import plot
+    from deepnmt_cli import plot
 
     tb = tmp_path / "tb"
     train(data_bin, tmp_path / "ck", "deepnmt_transformer",

@@ -6,7 +6,7 @@ Models are built on the meta device (no memory, no initialisation): only shapes 
 import pytest
 import torch
 
-from deepnmt_fairseq.cli.param_counts import build_model, count_parameters
+from deepnmt_fairseq.analysis.param_counts import build_model, count_parameters
 from deepnmt_fairseq.models.architectures import PAPER_ROWS
 
 V = 32000  # "a shared vocabulary of 32k units" (Sec. 2.1)

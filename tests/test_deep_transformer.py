@@ -237,7 +237,7 @@ def test_msc_table2_parameter_counts(arch, paper):
     With ``--msc-count-fitting-norms`` every row rounds to the paper's 0.1M.  The literal
     Eq. 12 (default) has 2 LayerNorms (4d = 1,024 parameters) fewer per MSC encoder layer:
     rows 4 and 6 then round to 59.9M / 76.5M, one last digit below the paper."""
-    from deepnmt_fairseq.cli.param_counts import build_model as build, count_parameters
+    from deepnmt_fairseq.analysis.param_counts import build_model as build, count_parameters
 
     fit = count_parameters(build(arch, 10150, ["--msc-count-fitting-norms"]))
     assert round(fit / 1e6, 1) == paper

@@ -79,7 +79,7 @@ def test_model_flags_rebuild_the_teachers_model():
 def test_gpkd_stages_the_whole_procedure(tmp_path):
     """GP teacher (two stages) -> averaged teacher -> SKD from it -> extraction with the teacher's h ->
     student from the extracted weights, with the extracted depth and no GP/skipping -> its average."""
-    from deepnmt_fairseq.cli.average_checkpoints import save_atomic
+    from deepnmt_fairseq.checkpoint_averaging import save_atomic
     from deepnmt_fairseq.modules.student_extraction import extract
     from deepnmt_fairseq.distill.plan import gpkd_stages
 
@@ -157,7 +157,7 @@ def teachers(data_bin, tmp_path_factory):
 
 
 def _distill(data_bin, work, teacher, *extra, raw=None):
-    from deepnmt_fairseq.cli.distill import main
+    from deepnmt_cli.distill import main
 
     raw = raw or Path(data_bin).parent / "raw"
     return main(["--teacher", str(teacher), "--data", str(data_bin), "--work-dir", str(work),
@@ -316,7 +316,7 @@ def row_roots(data_bin, tmp_path_factory):
 
 
 def _distill_row(roots, work, *extra, repro=""):
-    from deepnmt_fairseq.cli.distill import main
+    from deepnmt_cli.distill import main
 
     return main(["--teacher-row", ROW, "--repro-args", f"--cpu --data-root {roots / 'data'} --checkpoint-root "
                  f"{roots / 'ckpt'} {repro}", "--work-dir", str(work), "--test-source", str(roots / "test.en"),

@@ -344,7 +344,7 @@ def test_extracted_student_decodes_identically_after_save_and_load(data_bin, tmp
     from fairseq import checkpoint_utils
 
     from deepnmt_fairseq.checkpoint_safety import load_checkpoint
-    from deepnmt_fairseq.cli.average_checkpoints import save_atomic
+    from deepnmt_fairseq.checkpoint_averaging import save_atomic
     from deepnmt_fairseq.modules.student_extraction import extract
 
     flags, enc_h, dec_h = STUDENTS[name]

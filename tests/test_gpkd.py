@@ -64,7 +64,7 @@ def test_rpr_is_translation_invariant_in_the_encoder_without_absolute_positions(
 
 
 def test_rpr_named_architecture_counts_within_2_percent():
-    from deepnmt_fairseq.cli.param_counts import build_model as build, count_parameters
+    from deepnmt_fairseq.analysis.param_counts import build_model as build, count_parameters
 
     for arch, paper in (("rpr_base_6_6", 62), ("gpkd_student_6_3", 48)):
         n = count_parameters(build(arch, 34000)) / 1e6
@@ -176,7 +176,7 @@ def _checkpoint_of(model, args):
 
 
 def _args_for(extra):
-    from deepnmt_fairseq.cli.param_counts import build_model as _b  # noqa: F401
+    from deepnmt_fairseq.analysis.param_counts import build_model as _b  # noqa: F401
     from deepnmt_fairseq.models.deep_transformer import DeepTransformerModel
     from fairseq.models import ARCH_CONFIG_REGISTRY
 

@@ -105,7 +105,7 @@ def test_skd_data_is_complete_ordered_and_resumable(teacher, data_bin, tmp_path)
 def test_skd_jobs_split_the_cores_or_the_gpus(monkeypatch):
     """--jobs: each concurrent fairseq-generate gets its share of the CPU threads (unless the
     caller fixed OMP_NUM_THREADS, as the study does with --threads), or its own GPU."""
-    from deepnmt_fairseq.cli.skd import job_envs
+    from deepnmt_fairseq.distill.skd import job_envs
 
     monkeypatch.setattr("os.cpu_count", lambda: 8)
     envs = job_envs(3, cpu=True, env={})

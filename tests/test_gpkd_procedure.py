@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from deepnmt_fairseq.cli.average_checkpoints import average, save_atomic
+from deepnmt_fairseq.checkpoint_averaging import average, save_atomic
 from deepnmt_fairseq.modules.student_extraction import extract
 from deepnmt_fairseq.repro import registry as reg
 from deepnmt_fairseq.repro.spec import ExtractStage
@@ -76,7 +76,7 @@ def test_override_is_written_into_the_student():
 
 
 def test_extract_cli_refuses_and_records_the_override(tmp_path, capsys):
-    from deepnmt_fairseq.cli import extract_student
+    from deepnmt_cli import extract_student
 
     teacher = tmp_path / "t.pt"
     torch.save(_state(enc=4, dec=2, enc_h=2), teacher)
@@ -256,7 +256,7 @@ def test_pipeline_plain_gp_two_stage_skd_extract_student(data_bin, tmp_path):
     skipping, stage 2 with skipping from stage 1's averaged weights and schedule; SKD from the
     averaged teacher; extraction with h=2; student.  Then the refusal of h=4 on the plain teacher."""
     from deepnmt_fairseq.checkpoint_safety import load_checkpoint
-    from deepnmt_fairseq.cli import extract_student
+    from deepnmt_cli import extract_student
 
     work = tmp_path / "gpkd"
     res = subprocess.run(

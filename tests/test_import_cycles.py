@@ -1,6 +1,6 @@
 """No import cycle among the project's own modules (issue 33).
 
-Reads every module of the packages (deepnmt_fairseq, deepnmt_deploy, deepnmt_data) and of
+Reads every module of the packages (deepnmt_fairseq, deepnmt_deploy, deepnmt_data, deepnmt_cli) and of
 benchmarks/ with :mod:`ast` (no import is executed), takes every import statement, at module
 level and inside functions alike, resolves it to a project module (``from .x import y`` is the
 submodule ``x.y`` when that is a module, else ``x``), and fails on a cycle, naming it.  A module's
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Dict, List, Set
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("deepnmt_fairseq", "deepnmt_deploy", "deepnmt_data")
+PACKAGES = ("deepnmt_fairseq", "deepnmt_deploy", "deepnmt_data", "deepnmt_cli")
 
 
 def _modules() -> Dict[str, Path]:
@@ -111,9 +111,9 @@ def test_the_checker_finds_a_cycle_and_the_function_level_imports():
     assert find_cycles({"a": {"b"}, "b": set()}) == []
     mods = _modules()
     graph = import_graph(mods)
-    # a function-level import is an edge (deepnmt_fairseq.cli.param_counts imports the
+    # a function-level import is an edge (deepnmt_fairseq.analysis.param_counts imports the
     # architectures inside default_vocab)
-    assert "deepnmt_fairseq.models.architectures" in graph["deepnmt_fairseq.cli.param_counts"]
+    assert "deepnmt_fairseq.models.architectures" in graph["deepnmt_fairseq.analysis.param_counts"]
     # benchmarks import each other by top-level name
     assert "fidelity_plan" in graph["fidelity_report"]
 
@@ -129,3 +129,33 @@ def test_serving_and_data_packages_do_not_import_the_training_package():
         if mod.startswith(("deepnmt_deploy", "deepnmt_data")):
             bad = sorted(e for e in edges if e.startswith("deepnmt_fairseq"))
             assert not bad, f"{mod} imports {bad}"
+
+
+def test_library_code_never_imports_the_console_scripts():
+    """deepnmt_cli only parses arguments; the library (and the data/serving packages) never reach
+    up into it, at module level or inside a function (issue 68)."""
+    graph = import_graph(_modules())
+    for mod, edges in graph.items():
+        # a package's __main__ (python -m ...) is an entry point, like a console script
+        if not mod.startswith("deepnmt_cli") and not mod.endswith("__main__") and mod.split(".")[0] in PACKAGES:
+            bad = sorted(e for e in edges if e.startswith("deepnmt_cli"))
+            assert not bad, f"{mod} imports the console scripts {bad}: move what both need into the library"
+
+
+def test_console_scripts_import_no_heavy_module_at_module_level():
+    """A console script's module imports only the standard library, deepnmt_cli and the
+    torch-free deepnmt_deploy at module level, so that --help answers at once (issue 72)."""
+    import sys
+
+    allowed = set(sys.stdlib_module_names) | {"deepnmt_cli", "deepnmt_deploy", "__future__"}
+    for f in sorted((REPO / "deepnmt_cli").glob("*.py")):
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        for node in tree.body:  # module level only; function bodies import after parsing
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] if node.level == 0 else []
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] in allowed, f"{f.name} imports {name} at module level"

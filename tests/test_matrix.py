@@ -233,7 +233,7 @@ def plan(data, work):
 # ---------------------------------------------------------------------------- the worker
 _MODULES = {"train": "fairseq_cli.train", "generate": "fairseq_cli.generate", "preprocess": "fairseq_cli.preprocess",
             "interactive": "fairseq_cli.interactive", "validate": "fairseq_cli.validate",
-            "extract": "deepnmt_fairseq.cli.extract_student"}
+            "extract": "deepnmt_cli.extract_student"}
 
 
 def _execute(kind, argv, out_path):

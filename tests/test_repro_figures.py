@@ -88,7 +88,7 @@ def test_curves_across_two_stages_and_a_sweep_are_plotted(tmp_path):
     data = F.collect(F.FIGURES["gpkd-fig5"], root)
     assert data["bleu"]["6-layer encoder"] == [(1, 25.0), (6, 27.0)]
     assert data["tokens_per_s"]["6-layer encoder"] == [(1, 900.0), (6, 400.0)]
-    from deepnmt_fairseq.repro import cli
+    from deepnmt_cli import repro as cli
 
     assert cli.main(["plot", "gpkd-fig5", "--checkpoint-root", str(root), "--out", str(tmp_path / "o2")]) == 0
     assert (tmp_path / "o2" / "gpkd-fig5.png").exists()

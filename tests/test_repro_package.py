@@ -19,11 +19,12 @@ import threading
 import time
 import zipfile
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
-from deepnmt_fairseq.repro import cli, commands
+from deepnmt_fairseq.jobs import runner as job_runner
+from deepnmt_cli import repro as cli
+from deepnmt_fairseq.repro import commands
 from deepnmt_fairseq.repro import registry as reg
 from deepnmt_fairseq.repro.spec import EvalSpec, Experiment, Recipe, Ref, TrainStage
 
@@ -100,17 +101,21 @@ def test_registry_paper_parameter_counts_are_the_architectures():
 
 def test_console_script_is_declared_and_works_outside_a_checkout(capsys, tmp_path, monkeypatch):
     text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
-    assert 'deepnmt-repro = "deepnmt_fairseq.repro.cli:main"' in text
+    assert 'deepnmt-repro = "deepnmt_cli.repro:main"' in text
     assert cli.main(["list", "--names"]) == 0
     names = capsys.readouterr().out.split()
     assert names == list(reg.EXPERIMENTS)
-    assert cli.main(["frobnicate"]) == 1 and "unknown command" in capsys.readouterr().err
-    assert cli.main([]) == 2 and "deepnmt-repro train NAME" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:  # a usage error: argparse's exit 2 naming the commands
+        cli.main(["frobnicate"])
+    assert exit_.value.code == 2 and "invalid choice: 'frobnicate'" in capsys.readouterr().err
+    assert cli.main([]) == 2 and "deepnmt-repro train NAME" in capsys.readouterr().err
     # repository-only files: a clear error outside a checkout
     monkeypatch.chdir(tmp_path)
     assert cli.main(["check-configs"]) == 1 and "no configs directory" in capsys.readouterr().err
     # the flags of the removed scripts/experiments.py are gone
-    assert cli.main(["--check-configs"]) == 1 and "unknown command" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--check-configs"])
+    assert exit_.value.code == 2 and "COMMAND" in capsys.readouterr().err
     assert cli.main(["table", "--check-docs"]) == 1 and "repository root" in capsys.readouterr().err
     # defaults: ./work under the current directory, unless the environment says otherwise
     paths = commands.Paths.from_env(env={})
@@ -134,6 +139,16 @@ def _two_train_stages() -> dict:
     return {exp.name: exp}
 
 
+def fake_dataset(data_root: Path, exp) -> Path:
+    """The files of a binarized dataset that the check before any step looks for (empty)."""
+    src, tgt = exp.lang_pair
+    bin_dir = data_root / exp.dataset / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name in (f"dict.{src}.txt", f"dict.{tgt}.txt", f"train.{src}-{tgt}.{src}.idx"):
+        (bin_dir / name).write_text("")
+    return bin_dir
+
+
 @pytest.mark.parametrize("name", ["gpkd-wmt14-ende-48L-teacher", "two-stage"])
 def test_non_zero_rank_waits_for_rank_0_at_stage_boundaries(name, tmp_path, monkeypatch):
     """Two ranks (torchrun's WORLD_SIZE / RANK / LOCAL_RANK) run the same multi-stage experiment.
@@ -144,8 +159,9 @@ def test_non_zero_rank_waits_for_rank_0_at_stage_boundaries(name, tmp_path, monk
     registry = reg.EXPERIMENTS if name in reg.EXPERIMENTS else _two_train_stages()
     exp = registry[name]
     ran, waits = [], []
-    monkeypatch.setattr(commands, "WAIT_POLL", 0.02)
-    monkeypatch.setattr(commands, "log", lambda msg: waits.append(msg) if msg.startswith("waiting for rank 0") else None)
+    monkeypatch.setattr(job_runner, "WAIT_POLL", 0.02)
+    monkeypatch.setattr(job_runner, "make_log", lambda prefix, echo=None: lambda msg: waits.append(msg)
+                        if msg.startswith("waiting for rank 0") else None)
 
     def fake_tee(argv, logfile):
         if "--distributed-rank" in argv:  # fairseq-train, on every rank
@@ -157,31 +173,29 @@ def test_non_zero_rank_waits_for_rank_0_at_stage_boundaries(name, tmp_path, monk
             if rank == 0:
                 (save / "checkpoint_last.pt").write_bytes(b"model")
             return 0
-        out = Path(argv[argv.index("--output") + 1])  # deepnmt-skd: rank 0 only
-        ran.append((0, "skd", out.name))
-        out.mkdir(parents=True, exist_ok=True)
-        (out / ".done").write_text("")
+        out = Path(argv[argv.index("--output") + 1])
+        if argv[0].endswith("deepnmt-skd"):  # rank 0 only
+            ran.append((0, "skd", out.name))
+            out.mkdir(parents=True, exist_ok=True)
+            (out / ".done").write_text("")
+            return 0
+        ran.append((0, "run", out.name))  # deepnmt-average-checkpoints / extract: rank 0 only
+        out.write_bytes(b"averaged")
         return 0
 
-    def fake_run(argv, *args, **kwargs):  # deepnmt-average-checkpoints / extract: rank 0 only
-        out = Path(argv[argv.index("--output") + 1])
-        ran.append((0, "run", out.name))
-        out.write_bytes(b"averaged")
-        return SimpleNamespace(returncode=0)
-
-    monkeypatch.setattr(commands, "_tee", fake_tee)
-    monkeypatch.setattr(commands, "subprocess", SimpleNamespace(run=fake_run))
+    monkeypatch.setattr(job_runner.Runner, "tee", lambda self, argv, logfile: fake_tee(argv, logfile))
     results, errors = {}, {}
 
     def rank_main(rank: int):
         env = {"WORLD_SIZE": "2", "RANK": str(rank), "LOCAL_RANK": str(rank), "CUDA_VISIBLE_DEVICES": ""}
         try:
-            launch = commands.make_launch("torchrun", env=env)
+            launch = commands.make_launch("torchrun", cpu=True, env=env)
             opts = commands.RunOptions(paths=commands.Paths(tmp_path / "data", tmp_path / "ck"), launch=launch)
             results[rank] = commands.run_steps(commands.Planner(registry, exp, opts).plan(), launch)
         except Exception as err:  # noqa: BLE001 - reported below
             errors[rank] = err
 
+    fake_dataset(tmp_path / "data", exp)
     threads = [threading.Thread(target=rank_main, args=(r,), daemon=True) for r in (0, 1)]
     for t in threads:
         t.start()
@@ -204,9 +218,9 @@ def test_non_zero_rank_waits_for_rank_0_at_stage_boundaries(name, tmp_path, monk
 
 def test_non_zero_rank_fails_at_once_on_inputs_no_rank_will_write(tmp_path, monkeypatch):
     """A GPKD student whose teacher was never trained: rank 1 says so instead of waiting for rank 0."""
-    monkeypatch.setattr(commands, "WAIT_POLL", 0.02)
+    monkeypatch.setattr(job_runner, "WAIT_POLL", 0.02)
     env = {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "CUDA_VISIBLE_DEVICES": ""}
-    launch = commands.make_launch("torchrun", env=env)
+    launch = commands.make_launch("torchrun", cpu=True, env=env)
     opts = commands.RunOptions(paths=commands.Paths(tmp_path / "data", tmp_path / "ck"), launch=launch)
     steps = commands.Planner(reg.EXPERIMENTS, reg.EXPERIMENTS["gpkd-wmt14-ende-24-1"], opts).plan()
     outcome = {}
@@ -254,7 +268,8 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
     for mod in ("spec", "commands", "evaluate", "scoring", "hydra_config", "tables", "cli",
                 "__main__"):
         assert f"deepnmt_fairseq/repro/{mod}.py" in names, mod
-    assert "deepnmt-repro = deepnmt_fairseq.repro.cli:main" in entry_points
+    assert "deepnmt-repro = deepnmt_cli.repro:main" in entry_points
+    assert "deepnmt_cli/repro.py" in names
     # the data preparation (deepnmt_data, no torch) travels with the wheel, with its command
     assert {"deepnmt_data/corpora.py", "deepnmt_data/cnndm.py", "deepnmt_data/prepare/cli.py"} <= names
     assert "deepnmt-prepare-data = deepnmt_data.prepare.cli:main" in entry_points

@@ -218,7 +218,7 @@ def test_clear_errors_name_the_flag():
 
 def test_named_architectures_have_the_papers_parameter_counts():
     """Bapna et al. Tables 3-4 at the paper's 32k vocabulary, built on the meta device (shapes only)."""
-    from deepnmt_fairseq.cli.param_counts import build_model as build_arch, count_parameters
+    from deepnmt_fairseq.analysis.param_counts import build_model as build_arch, count_parameters
     from deepnmt_fairseq.models.architectures import ARCHS, PAPER_ROWS
     from deepnmt_fairseq.models.rnmt import BAPNA_RNMT_PARAMS, RNMT_ARCHS
 

@@ -42,6 +42,7 @@ import os
 import sys
 from pathlib import Path
 
+from deepnmt_deploy.help_format import HelpFormatter
 from .. import corpora
 from .common import STEPS, DataPrepError, nth
 from .summarization import SummarizationJob
@@ -67,10 +68,11 @@ def build_parser(default_data_root=None) -> argparse.ArgumentParser:
     """The options; ``default_data_root``: the --data-root default when $DEEPNMT_DATA is unset
     (else ``work/data`` under the current directory, as deepnmt-repro reads it)."""
     p = argparse.ArgumentParser(
+        prog="deepnmt-prepare-data",
         description="Prepare the papers' corpora (IWSLT14/17, WMT14/15) for fairseq: download or --from-dir, "
                     "Moses tokenization, joint BPE (or sentencepiece), fairseq-preprocess --joined-dictionary. "
                     "See docs/data-preparation.md.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter)
     p.add_argument("name", nargs="?", choices=list(corpora.RECIPES), metavar="NAME",
                    help="corpus to prepare: " + ", ".join(corpora.RECIPES) + " (--list: papers, splits, sizes)")
     p.add_argument("--list", action="store_true", help="list the corpora and exit")

@@ -45,7 +45,6 @@ not this plugin's ``deepnmt_transformer`` or fairseq's ``transformer`` (RNMT+ is
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shutil
@@ -53,12 +52,10 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from deepnmt_deploy import METADATA, require_ctranslate2
+from deepnmt_deploy import METADATA, QUANTIZATIONS, require_ctranslate2
 from deepnmt_deploy.text import Tokenization
 
 logger = logging.getLogger("deepnmt_fairseq.deploy")
-
-QUANTIZATIONS = ("int8", "int8_float32", "int16", "float32", "float16")
 
 #: fairseq activations that CTranslate2 has (names as fairseq's --activation-fn)
 ACTIVATIONS = ("relu", "gelu", "gelu_accurate", "gelu_fast", "swish")
@@ -464,42 +461,13 @@ def export(checkpoint: str, out_dir: str, quantization: Optional[str] = None, da
     return str(out), meta
 
 
-def main(argv=None) -> int:
-    from ..console import quiet_known_warnings
-
-    quiet_known_warnings()
-    p = argparse.ArgumentParser(
-        prog="deepnmt-export-ct2", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="fairseq checkpoint (.pt)")
-    p.add_argument("out_dir", help="output directory of the CTranslate2 model")
-    p.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
-                   help="weight type stored (default: float32, as trained); int8 is the fast CPU choice")
-    p.add_argument("--data", help="binarized data directory with the dictionaries (default: the one in the checkpoint)")
-    seg = p.add_mutually_exclusive_group()
-    seg.add_argument("--bpe-codes", help="subword-nmt codes the data were segmented with "
-                     "(default: found next to the data directory, see docs/deployment.md)")
-    seg.add_argument("--spm-model", help="sentencepiece model the data were segmented with")
-    p.add_argument("--no-moses", dest="moses", action="store_false", default=None,
-                   help="the data were not Moses-tokenized before BPE")
-    p.add_argument("--lowercase", action="store_true", default=None, help="the data were lowercased")
-    p.add_argument("--aggressive-dash", action="store_true", default=None,
-                   help="Moses aggressive dash splits were used")
-    p.add_argument("--force", action="store_true", help="overwrite OUT_DIR")
-    a = p.parse_args(argv)
+def run(a) -> int:
+    """``deepnmt-export-ct2`` (arguments: :mod:`deepnmt_cli.export_ct2`)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        out, meta = export(a.checkpoint, a.out_dir, a.quantization, a.data, a.bpe_codes, a.spm_model,
-                           a.moses, a.lowercase, a.aggressive_dash, a.force)
-    except (NotExportable, FileExistsError, FileNotFoundError, ValueError) as e:
-        print(f"deepnmt-export-ct2: error: {e}", file=sys.stderr)
-        return 2
+    out, meta = export(a.checkpoint, a.out_dir, a.quantization, a.data, a.bpe_codes, a.spm_model,
+                       a.moses, a.lowercase, a.aggressive_dash, a.force)
     t = meta["tokenization"]
     print(f"exported {meta['arch']} ({meta['encoder_layers']}-{meta['decoder_layers']}, {meta['quantization']}) "
           f"to {out}; tokenization: {'Moses + ' if t['moses'] else ''}{t['segmenter']}"
           f"{' (lowercased)' if t['lowercase'] else ''}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -86,7 +86,7 @@ def check_dictionary(state: dict, teacher: Path, data: Path) -> int:
     recorded by the teacher's own data directory that differs from the one in ``--data``."""
     from fairseq.data import Dictionary
 
-    from ..cli.skd import language_pair
+    from .skd import language_pair
 
     try:
         src, tgt = language_pair(str(data))
@@ -208,7 +208,7 @@ def plan_distillation(c: DistillConfig) -> DistillPlan:
     stages: List[Stage] = [row.stage] if row is not None else []
     teacher_model = tfile
     if (row is not None or teacher.is_dir()) and c.average > 1:
-        from ..cli.average_checkpoints import newest_checkpoints
+        from ..checkpoint_averaging import newest_checkpoints
 
         try:
             if not untrained:

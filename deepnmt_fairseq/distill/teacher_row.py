@@ -15,6 +15,8 @@ weights' shapes.  Before the row is trained they come from the row's own ``fairs
 
 from __future__ import annotations
 
+import argparse
+
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +48,7 @@ class RowTeacher:
         import torch
         from fairseq.data import Dictionary
 
-        from ..cli.skd import language_pair
+        from .skd import language_pair
         from .plan import build_student
 
         src, tgt = language_pair(str(data))
@@ -58,29 +60,19 @@ class RowTeacher:
         return {"model": model.state_dict(), "cfg": {"model": args}}
 
 
-def row_teacher(name: str, repro_args: Sequence[str], log: Optional[Path] = None) -> RowTeacher:
-    """Plan the training of registry row ``name`` with ``deepnmt-repro train`` flags ``repro_args``
-    (fairseq-train flags after ``--``).  Raises :class:`PlanError` naming ``--teacher-row`` or
-    ``--repro-args``."""
-    from ..repro import cli as repro_cli
+def row_teacher(name: str, repro: "argparse.Namespace", argv: Sequence[str], extra: Sequence[str],
+                log: Optional[Path] = None) -> RowTeacher:
+    """Plan the training of registry row ``name`` from its parsed ``deepnmt-repro train`` flags
+    ``repro`` (``deepnmt_cli.distill`` parses ``--repro-args``; ``argv`` are those flags as given,
+    ``extra`` the fairseq-train flags after ``--``).  Raises :class:`PlanError` naming
+    ``--teacher-row``."""
+    from ..repro.cli import train_options
     from ..repro.commands import Planner, ReproError, checkpoint_pattern
     from ..repro.registry import EXPERIMENTS
 
-    argv = list(repro_args)
-    extra: List[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1:]
-    if "--stage" in argv or "--dry-run" in argv:
-        raise PlanError("--repro-args: --stage and --dry-run are chosen by deepnmt-distill (the row's training "
-                        "stages; deepnmt-distill --dry-run)")
+    argv, extra = list(argv), list(extra)
     try:
-        a = repro_cli.train_parser().parse_args([name, *argv])
-    except SystemExit:
-        raise PlanError(f"--repro-args {shlex.join(repro_args)}: not flags of deepnmt-repro train "
-                        f"(deepnmt-repro train --help)") from None
-    try:
-        exp, opts = repro_cli.train_options(a, extra, EXPERIMENTS)
+        exp, opts = train_options(repro, extra, EXPERIMENTS)
     except ReproError as err:
         raise PlanError(f"--teacher-row {name}: {err}") from None
     trains = [s for s in exp.stages if s.kind == "train"]

@@ -2,7 +2,7 @@
 
 Each sets defaults with ``getattr``, so command-line flags always win.  The
 parameter counts next to the papers' are printed by
-``python -m deepnmt_fairseq.cli.param_counts`` and listed in docs/parameter-counts.md.
+``deepnmt-param-counts`` and listed in docs/parameter-counts.md.
 """
 
 from __future__ import annotations

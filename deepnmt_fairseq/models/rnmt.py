@@ -52,7 +52,7 @@ those of the authors' released RNMT+ configuration, lingvo
 With these choices the named architectures have the parameter counts of Bapna et al.
 Tables 3-4 (32k vocabulary, separate source/target embeddings): 128/165/191/216M for
 the 512 models with 6/12/16/20 encoder layers and 379M for the 1024 one (see
-``python -m deepnmt_fairseq.cli.param_counts``).
+``deepnmt-param-counts``).
 """
 
 

@@ -15,7 +15,7 @@ the student's config); Admin's omegas travel with the kept layers.
 Group size ties training to extraction (Li et al. 2021, "Student Training"): GP training with
 group size h teaches one layer to stand in for its h-layer group, so the extraction h must be the
 h the teacher was GP-trained with (:func:`check_extraction_group_size`).  The command line is
-``deepnmt-extract-student`` (:mod:`deepnmt_fairseq.cli.extract_student`); this module works on
+``deepnmt-extract-student`` (:mod:`deepnmt_fairseq.distill.extract`); this module works on
 checkpoint dicts and state dicts, next to group permutation (:mod:`.group_permutation`).
 """
 

@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli import main
+from deepnmt_cli.repro import main
 
 sys.exit(main())

@@ -16,7 +16,6 @@ chose; docs/reproduction.md prints it under the figure's table.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -106,16 +105,8 @@ def plot(fig: Figure, root: Path, out: Path, overwrite: bool = False) -> List[Pa
     return [png, csv]
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="deepnmt-repro plot", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("key", nargs="?", help="figure key (--list)")
-    p.add_argument("--list", action="store_true", help="the figures, their experiments and our choices")
-    p.add_argument("--checkpoint-root", default=os.environ.get("DEEPNMT_CHECKPOINTS"),
-                   help="where the experiments' directories are (default $DEEPNMT_CHECKPOINTS, else ./work/checkpoints)")
-    p.add_argument("--out", default="figures", help="output directory (default ./figures)")
-    p.add_argument("--overwrite", action="store_true")
-    a = p.parse_args(argv)
+def main(a) -> int:
+    """``deepnmt-repro plot`` (arguments: :mod:`deepnmt_cli.repro`)."""
     from .commands import default_work_dir
 
     if a.list or not a.key:

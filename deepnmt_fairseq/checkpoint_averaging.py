@@ -1,9 +1,7 @@
 """Average fairseq checkpoints (the project's own; fairseq's script is not in any wheel).
 
-    deepnmt-average-checkpoints --inputs CKPT_DIR --num-update-checkpoints 5 --output avg.pt
-    deepnmt-average-checkpoints --inputs CKPT_DIR --num-epoch-checkpoints 5 --output avg.pt
-    deepnmt-average-checkpoints --inputs CKPT_DIR --num-checkpoints 5 --output avg.pt
-    deepnmt-average-checkpoints --inputs a.pt b.pt c.pt --output avg.pt
+The library behind ``deepnmt-average-checkpoints`` (its arguments: :mod:`deepnmt_cli.average_checkpoints`);
+the distillation pipeline, the registry and the study call these functions directly.
 
 ``--num-checkpoints K`` takes the K newest checkpoints of either kind (by the
 update count stored in each file): fairseq writes no ``checkpoint_E_U.pt`` at an
@@ -27,18 +25,15 @@ docs/reproduction.md).
 
 from __future__ import annotations
 
-import argparse
 import collections
 import logging
 import os
 import re
-import sys
 from typing import List, Sequence
 
 import torch
 
-from ..checkpoint_safety import load_checkpoint
-from ..console import quiet_known_warnings
+from .checkpoint_safety import load_checkpoint
 
 logger = logging.getLogger("deepnmt_fairseq.average_checkpoints")
 
@@ -149,48 +144,20 @@ def save_atomic(state: dict, output: str, overwrite: bool = False) -> None:
             os.remove(tmp)
 
 
-def main(argv=None) -> int:
-    quiet_known_warnings()  # known-harmless hydra/torch/fairseq warnings (deepnmt_fairseq/console.py)
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--inputs", nargs="+", required=True, help="checkpoint files, or one directory")
-    p.add_argument("--output", required=True, help="averaged checkpoint to write")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--num-update-checkpoints", type=int, help="average the last K checkpoint_E_U.pt by update")
-    g.add_argument("--num-epoch-checkpoints", type=int, help="average the last K checkpointE.pt by epoch")
-    g.add_argument("--num-checkpoints", type=int, help="average the last K checkpoints of either kind, by update")
-    p.add_argument("--checkpoint-upper-bound", type=int, help="ignore checkpoints after this epoch/update")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --output")
-    p.add_argument("--keep-training-state", action="store_true",
-                   help="keep the newest checkpoint's optimizer state, schedule and update count: "
-                        "fairseq-train --continue-once OUTPUT continues training from the averaged weights")
-    a = p.parse_args(argv)
+def run(a) -> int:
+    """``deepnmt-average-checkpoints`` (arguments: :mod:`deepnmt_cli.average_checkpoints`)."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     import deepnmt_fairseq  # noqa: F401  (allow-list fairseq's checkpoint classes)
 
-    try:
-        if a.num_checkpoints:
-            if len(a.inputs) != 1:
-                p.error("--num-checkpoints needs exactly one directory in --inputs")
-            paths = newest_checkpoints(a.inputs[0], a.num_checkpoints, a.checkpoint_upper_bound)
-        elif a.num_update_checkpoints or a.num_epoch_checkpoints:
-            if len(a.inputs) != 1:
-                p.error("--num-*-checkpoints needs exactly one directory in --inputs")
-            by = "update" if a.num_update_checkpoints else "epoch"
-            paths = last_checkpoints(a.inputs[0], a.num_update_checkpoints or a.num_epoch_checkpoints, by,
-                                     a.checkpoint_upper_bound)
-        else:
-            paths = a.inputs
-            for path in paths:
-                if os.path.isdir(path):
-                    p.error(f"{path} is a directory: give files, or --num-update/epoch-checkpoints")
-        logger.info("averaging %d checkpoints:\n  %s", len(paths), "\n  ".join(paths))
-        save_atomic(average(paths, a.keep_training_state), a.output, a.overwrite)
-    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    if a.num_checkpoints:
+        paths = newest_checkpoints(a.inputs[0], a.num_checkpoints, a.checkpoint_upper_bound)
+    elif a.num_update_checkpoints or a.num_epoch_checkpoints:
+        by = "update" if a.num_update_checkpoints else "epoch"
+        paths = last_checkpoints(a.inputs[0], a.num_update_checkpoints or a.num_epoch_checkpoints, by,
+                                 a.checkpoint_upper_bound)
+    else:
+        paths = a.inputs
+    logger.info("averaging %d checkpoints:\n  %s", len(paths), "\n  ".join(paths))
+    save_atomic(average(paths, a.keep_training_state), a.output, a.overwrite)
     logger.info("wrote %s", a.output)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

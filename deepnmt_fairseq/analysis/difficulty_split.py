@@ -28,11 +28,12 @@ files with one hypothesis per test sentence in test order, and references from
 detokenized, or both tokenized with BPE removed).  It writes ``bleu.csv``/``bleu.json`` (sacreBLEU
 of every system on every part, gains over --baseline) and ``difficulty_bleu.png`` (Fig. 3: gains
 per part, the baseline's BLEU in parentheses).
+
+The library behind ``deepnmt-difficulty`` (its arguments and help: :mod:`deepnmt_cli.difficulty`).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -40,7 +41,6 @@ from typing import Dict, List
 
 from ..analysis import difficulty as D
 from ..analysis import plotting as P
-from ..console import quiet_known_warnings
 
 TOOL = "difficulty"
 
@@ -246,56 +246,3 @@ def cmd_evaluate(a) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="deepnmt-difficulty", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("split", help="score the test pairs with K checkpoints and split them in 4 (MSC Eq. 14-15)",
-                       description="Score every pair of a binarized split with the last K checkpoints of a shallow "
-                                   "reference model (s = mean + std of the sentence NLL, MSC Eq. 14-15) and split "
-                                   "it into four equal parts by s.")
-    s.add_argument("data", help="binarized data directory (fairseq-preprocess output)")
-    s.add_argument("--checkpoints", nargs="+", help="the reference model's checkpoints")
-    s.add_argument("--checkpoint-dir", help="take the newest --last checkpoints of this directory "
-                                            "(checkpoint_E_U.pt and checkpointE.pt, by update count)")
-    s.add_argument("--last", type=int, default=20, help="K, number of checkpoints (the paper's K = 20)")
-    s.add_argument("--subset", default="test", help="split to score (default: test)")
-    s.add_argument("--out", required=True, help="output directory")
-    s.add_argument("--source-text", help="the original source lines of the split (written per part)")
-    s.add_argument("--target-text", help="the original target lines (per part, and references.txt)")
-    s.add_argument("--post-process", default=None,
-                   help="BPE removal for text taken from the binarized data: subword_nmt, sentencepiece, ...")
-    s.add_argument("--batch-size", type=int, default=32)
-    s.add_argument("--cpu", action="store_true", help="score on the CPU even if a GPU is available")
-    s.add_argument("--overwrite", action="store_true", help="replace files of an earlier run in --out")
-    s.set_defaults(fn=cmd_split)
-
-    e = sub.add_parser("evaluate", help="BLEU of several systems on each part and gains over a baseline (MSC Fig. 3)",
-                       description="sacreBLEU of every system on each difficulty part; bar chart of the gains over "
-                                   "the baseline like MSC Fig. 3.")
-    e.add_argument("--split", required=True, help="output directory of 'split'")
-    e.add_argument("--system", action="append", required=True, metavar="NAME=FILE",
-                   help="a system's fairseq-generate output or hypothesis file (one line per test sentence, "
-                        "test order); repeat for every system")
-    e.add_argument("--baseline", required=True, help="the reference system (a --system NAME), e.g. the 6-layer plain net")
-    e.add_argument("--refs", help="references, one per test sentence (default: SPLIT/references.txt)")
-    e.add_argument("--tokenize", default="13a", help="sacreBLEU tokenizer (13a; 'none' for pre-tokenized text)")
-    e.add_argument("--out", required=True, help="output directory")
-    e.add_argument("--overwrite", action="store_true")
-    e.set_defaults(fn=cmd_evaluate)
-    return p
-
-
-def main(argv=None) -> int:
-    quiet_known_warnings()  # known-harmless hydra/torch/fairseq warnings (deepnmt_fairseq/console.py)
-    a = build_parser().parse_args(argv)
-    if getattr(a, "last", 1) < 1:
-        return _fail("--last must be >= 1")
-    try:
-        return a.fn(a)
-    except (ValueError, FileNotFoundError, FileExistsError) as err:
-        return _fail(str(err))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

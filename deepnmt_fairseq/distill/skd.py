@@ -1,10 +1,7 @@
 """Sequence-level knowledge distillation data (Kim & Rush 2016; GPKD stage 2).
 
-    deepnmt-skd --data data-bin --teacher teacher.pt --output skd-bin [--shards 8 [--jobs 2]] \
-                [--beam 4 --lenpen 0.6] [--max-tokens 8192] [--cpu] [--fp16]
-
-The teacher translates the whole training split with ``fairseq-generate``
-(beam 4, length penalty 0.6 as in the paper) in shards
+The library behind ``deepnmt-skd`` (its arguments: :mod:`deepnmt_cli.skd`).  The teacher
+translates the whole training split with ``fairseq-generate`` (beam 4, length penalty 0.6 as in the paper) in shards
 (fairseq-generate's ``--distributed-world-size/--distributed-rank``
 batch sharding, without starting any distributed process), ``--jobs`` of them at a time (one
 fairseq-generate each: on CPU with the cores split between them unless ``OMP_NUM_THREADS`` is set;
@@ -18,7 +15,6 @@ filtering, and the script checks that every sentence id came back exactly once.
 
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 import shutil
@@ -31,7 +27,7 @@ from queue import Queue
 from typing import Dict, List, Optional, Tuple
 
 from .. import generate_output
-from ..console import child_env, exe, quiet_known_warnings
+from ..console import child_env, exe
 
 
 def log(msg: str) -> None:
@@ -108,31 +104,9 @@ def translate_shard(a, shard: int, out_path: str, user_dir: str, env: Optional[D
     os.replace(partial, out_path)
 
 
-def main(argv=None) -> int:
-    quiet_known_warnings()  # known-harmless hydra/torch/fairseq warnings (deepnmt_fairseq/console.py)
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", required=True, help="binarized data (fairseq-preprocess output)")
-    p.add_argument("--teacher", required=True, help="teacher checkpoint")
-    p.add_argument("--output", required=True, help="directory for the binarized SKD data")
-    p.add_argument("--work-dir", help="shard outputs (default: OUTPUT.work)")
-    p.add_argument("--shards", type=int, default=1, help="the training split is translated in this many "
-                   "parts, each kept when done (resumable)")
-    p.add_argument("--jobs", type=int, default=1, help="shards translated at the same time (one fairseq-generate "
-                   "each; CPU: the cores split between them; several GPUs: one each)")
-    p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--lenpen", type=float, default=0.6)
-    p.add_argument("--max-len-a", type=float, default=1.2)
-    p.add_argument("--max-len-b", type=int, default=10)
-    p.add_argument("--max-tokens", type=int, default=None)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--workers", type=int, default=1, help="fairseq-preprocess workers")
-    p.add_argument("--cpu", action="store_true")
-    p.add_argument("--fp16", action="store_true")
-    a = p.parse_args(argv)
-    if a.shards < 1:
-        p.error(f"--shards must be at least 1, got {a.shards}")
-    if a.jobs < 1:
-        p.error(f"--jobs must be at least 1, got {a.jobs}")
+def run(a) -> int:
+    """``deepnmt-skd`` (arguments: :mod:`deepnmt_cli.skd`): translate the training split in shards,
+    check every sentence came back once, binarize the SKD corpus with the teacher's dictionaries."""
     jobs = min(a.jobs, a.shards)
 
     import deepnmt_fairseq

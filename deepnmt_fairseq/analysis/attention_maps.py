@@ -21,11 +21,12 @@ attention the model does not have fails with a message naming the model's ``--de
 
 Writes ``attention.png`` (one heatmap per attention: rows = target tokens, columns = source
 tokens) and ``attention.json`` (tokens, translation, matrices).
+
+The library behind ``deepnmt-attention`` (its arguments and help: :mod:`deepnmt_cli.attention`).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from typing import Dict
@@ -33,7 +34,6 @@ from typing import Dict
 import torch
 
 from ..analysis import plotting as P
-from ..console import quiet_known_warnings
 
 
 class AttentionError(ValueError):
@@ -144,65 +144,32 @@ def draw(maps: Dict, path: str, title: str) -> str:
     return P.save(fig, path)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="deepnmt-attention", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--path", required=True, help="model checkpoint")
-    p.add_argument("--data", help="binarized data directory with the dictionaries (default: the checkpoint's)")
-    p.add_argument("--sentence", required=True, help="source sentence")
-    p.add_argument("--target", help="force-decode this (tokenized/BPE'd like the training data) instead of translating")
-    p.add_argument("--moses-lang", help="tokenize the sentence with sacremoses for this language first")
-    p.add_argument("--bpe-codes", help="apply these subword-nmt BPE codes (the model's)")
-    p.add_argument("--attention", choices=("auto", "cross", "context", "both"), default="auto",
-                   help="which attention to draw (auto: cross, plus context for MSC models)")
-    p.add_argument("--layer", type=int, default=-1, help="decoder layer, 1-based; -1 = top (MSC Fig. 4)")
-    p.add_argument("--beam", type=int, default=4, help="beam size (MSC: 4)")
-    p.add_argument("--greedy", action="store_true", help="greedy decoding (beam 1)")
-    p.add_argument("--lenpen", type=float, default=0.6, help="length penalty (MSC: 0.6)")
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--prefix", default="attention", help="file name prefix (default: attention)")
-    p.add_argument("--cpu", action="store_true")
-    p.add_argument("--overwrite", action="store_true")
-    return p
+def run(a) -> int:
+    """``deepnmt-attention`` (arguments: :mod:`deepnmt_cli.attention`)."""
+    from .models import load_model, memory_kind, pick_device
 
-
-def main(argv=None) -> int:
-    quiet_known_warnings()  # known-harmless hydra/torch/fairseq warnings (deepnmt_fairseq/console.py)
-    a = build_parser().parse_args(argv)
-    from ..analysis.models import load_model, memory_kind, pick_device
-
-    try:
-        names = [f"{a.prefix}.png", f"{a.prefix}.json"]
-        existing = [n for n in names if os.path.exists(os.path.join(a.out, n))]
-        if existing and not a.overwrite:
-            raise FileExistsError(f"{a.out} already holds {', '.join(existing)}; use another --out/--prefix "
-                                  f"or --overwrite")
-        if a.layer == 0:
-            raise AttentionError("--layer is 1-based (or -1 for the top layer)")
-        model, task, _cfg = load_model(a.path, a.data, pick_device(a.cpu))
-        layer = a.layer - 1 if a.layer > 0 else a.layer
-        if a.attention == "auto":
-            fusion = _context_fusion(model.decoder.layers[layer]) if -len(model.decoder.layers) <= layer < len(
-                model.decoder.layers) else None
-            which = ("cross", "context") if fusion is not None else ("cross",)
-        else:
-            which = ("cross", "context") if a.attention == "both" else (a.attention,)
-        src_line = prepare_source(a.sentence, a.moses_lang, a.bpe_codes)
-        maps = attention_maps(model, task, src_line, a.target, 1 if a.greedy else a.beam, a.lenpen, layer, which)
-        P.ensure_dir(a.out)
-        P.write_json(os.path.join(a.out, f"{a.prefix}.json"), maps)
-        title = f"{os.path.basename(a.path)} (--deep-memory {memory_kind(model)})\n{maps['translation']}"
-        png = draw(maps, os.path.join(a.out, f"{a.prefix}.png"), title)
-        if maps["unknown_source_words"]:
-            print(f"warning: not in the source dictionary (shown as <unk>): {' '.join(maps['unknown_source_words'])}"
-                  f" - pass --bpe-codes/--moses-lang if the model was trained on BPE'd text", file=sys.stderr)
-        print(f"translation: {maps['translation']}")
-        print(png)
-        return 0
-    except (AttentionError, ValueError, FileNotFoundError, FileExistsError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    names = [f"{a.prefix}.png", f"{a.prefix}.json"]
+    existing = [n for n in names if os.path.exists(os.path.join(a.out, n))]
+    if existing and not a.overwrite:
+        raise FileExistsError(f"{a.out} already holds {', '.join(existing)}; use another --out/--prefix "
+                              f"or --overwrite")
+    model, task, _cfg = load_model(a.path, a.data, pick_device(a.cpu))
+    layer = a.layer - 1 if a.layer > 0 else a.layer
+    if a.attention == "auto":
+        fusion = _context_fusion(model.decoder.layers[layer]) if -len(model.decoder.layers) <= layer < len(
+            model.decoder.layers) else None
+        which = ("cross", "context") if fusion is not None else ("cross",)
+    else:
+        which = ("cross", "context") if a.attention == "both" else (a.attention,)
+    src_line = prepare_source(a.sentence, a.moses_lang, a.bpe_codes)
+    maps = attention_maps(model, task, src_line, a.target, 1 if a.greedy else a.beam, a.lenpen, layer, which)
+    P.ensure_dir(a.out)
+    P.write_json(os.path.join(a.out, f"{a.prefix}.json"), maps)
+    title = f"{os.path.basename(a.path)} (--deep-memory {memory_kind(model)})\n{maps['translation']}"
+    png = draw(maps, os.path.join(a.out, f"{a.prefix}.png"), title)
+    if maps["unknown_source_words"]:
+        print(f"warning: not in the source dictionary (shown as <unk>): {' '.join(maps['unknown_source_words'])}"
+              f" - pass --bpe-codes/--moses-lang if the model was trained on BPE'd text", file=sys.stderr)
+    print(f"translation: {maps['translation']}")
+    print(png)
+    return 0

@@ -1,6 +1,6 @@
 """Parameter counts of the named architectures next to the papers' tables.
 
-    python -m deepnmt_fairseq.cli.param_counts [--arch NAME ...] [--vocab N] [--markdown]
+    deepnmt-param-counts [--arch NAME ...] [--vocab N] [--markdown]   (arguments: deepnmt_cli.param_counts)
 
 Models are built on the CPU from a dictionary of the given size (the papers'
 joint vocabularies by default) without any data; nothing is trained.
@@ -8,11 +8,8 @@ joint vocabularies by default) without any data; nothing is trained.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from types import SimpleNamespace
 
-from ..console import quiet_known_warnings
 
 # joint vocabulary sizes used for each paper's counts (see docs/parameter-counts.md)
 DEFAULT_VOCAB = {
@@ -62,17 +59,10 @@ def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def main(argv=None):
-    quiet_known_warnings()  # known-harmless hydra/torch/fairseq warnings (deepnmt_fairseq/console.py)
+def run(a) -> int:
+    """``deepnmt-param-counts`` (arguments: :mod:`deepnmt_cli.param_counts`)."""
     from ..models.architectures import PAPER_ROWS
 
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--arch", nargs="*", help="architectures (default: every named one)")
-    p.add_argument("--vocab", type=int, help="joint vocabulary size (default: the paper's)")
-    p.add_argument("--markdown", action="store_true", help="print a markdown table")
-    p.add_argument("--model-args", default="",
-                   help="model flags added to every architecture, e.g. --model-args=--msc-count-fitting-norms")
-    a = p.parse_args(argv)
     import shlex
 
     model_args = shlex.split(a.model_args)
@@ -96,6 +86,3 @@ def main(argv=None):
             print(f"{arch:32s} vocab={vocab:6d} ours={ours:8.2f}M paper={ref if ref else '-'}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

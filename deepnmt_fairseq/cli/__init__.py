@@ -1,1 +1,0 @@
-"""Console tools of the plugin."""
