@@ -41,3 +41,4 @@ _check_single_copy()
 from . import models  # noqa: E402,F401
 from . import criterions  # noqa: E402,F401
 from . import tasks  # noqa: E402,F401
+from . import optim  # noqa: E402,F401

@@ -916,10 +916,41 @@ def test_msc_hiertrans_is_a_cited_row_that_says_why_it_is_not_built():
 
 
 # ------------------------------------------------------------------------------ issue 34: DeepNet and Admin rows
+# Admin rows -> (GPUs of the script, arch, lr, dropout, max-epoch, max-update, tokens per update, beam, lenpen):
+# Transformer-Clinic's wmt14_en-de.md / wmt14_en-fr.md ("admin 6l", "admin 60-12l") and microsoft/deepnmt's
+# run_wmt14_en_fr.sh with their eval scripts
+ADMIN_SCRIPTS = {
+    "admin-wmt14-ende-6L-6L": (4, "admin_wmt_base_6_6", "0.001", "0.1", "100", "500000", 4 * 8192, 5, 1.0),
+    "admin-wmt14-ende-60L-12L": (4, "admin_wmt_base_60_12", "0.001", "0.1", "100", "500000", 4 * 8192, 5, 1.0),
+    "admin-wmt14-enfr-6L-6L": (8, "admin_wmt_base_6_6", "0.0007", "0.1", "50", "0", 8 * 8000 * 10, 5, 0.8),
+    "admin-wmt14-enfr-60L-12L": (16, "admin_wmt_base_60_12", "0.001", "0.2", "50", "0", 16 * 3200 * 8, 10, 1.0),
+    "admin-wmt14-enfr-60L-12L-clinic": (16, "admin_wmt_base_60_12", "0.0007", "0.1", "50", "0", 16 * 5000 * 16, 5,
+                                        0.8),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ADMIN_SCRIPTS))
+def test_admin_rows_follow_the_authors_released_scripts(name):
+    gpus, arch, lr, dropout, epochs, updates, tokens, beam, lenpen = ADMIN_SCRIPTS[name]
+    argv = _train_argv(name, gpus=gpus)
+    assert (_flag(argv, "--arch"), _flag(argv, "--optimizer"), _flag(argv, "--adam-betas"), _flag(argv, "--lr"),
+            _flag(argv, "--warmup-updates"), _flag(argv, "--warmup-init-lr"), _flag(argv, "--dropout"),
+            _flag(argv, "--attention-dropout"), _flag(argv, "--activation-dropout"), _flag(argv, "--weight-decay"),
+            _flag(argv, "--clip-norm"), _flag(argv, "--max-epoch"), _flag(argv, "--max-update"),
+            _flag(argv, "--seed")) == \
+        (arch, "radam", "(0.9, 0.98)", lr, "8000", "1e-07", dropout, "0.1", "0.1", "0", "0", epochs, updates, "1111")
+    # the script's own per-GPU batch and update frequency on its GPU count
+    assert int(_flag(argv, "--max-tokens")) * int(_flag(argv, "--update-freq")) * gpus == tokens
+    ev = EXPS[name].eval
+    assert (ev.beam, ev.lenpen, ev.average) == (beam, lenpen, 10)
+    notes = " ".join(v for s in EXPS[name].train_stages for _, v in s.recipe.notes)
+    assert "RAdam" in notes and not re.search(r"(?<!R)Adam \(0\.9", notes)  # the note named the script's Adam
+
+
 def test_deepnet_and_admin_rows_train_their_papers_settings(capsys):
     """DeepNet Table 1 rows: the DeepNorm architecture of each depth, DeepNet's huge-batch recipe
     (lr 1.5e-3, 4K warm-up, 128 x 4096 tokens, dropout 0.4, weight decay 1e-4, 100K updates); Admin's
-    60L-12L rows: the Admin architecture, its released script's lr 1e-3 / 8K warm-up / 32K tokens."""
+    rows: the Admin architecture and the authors' released scripts (test below)."""
     from deepnmt_fairseq.models.architectures import PAPER_ROWS
 
     argv = _train_argv("deepnet-wmt-ende-100L-100L", gpus=8)
@@ -928,10 +959,6 @@ def test_deepnet_and_admin_rows_train_their_papers_settings(capsys):
         ("deepnorm_wmt_base_100l", "0.0015", "4000", "0.4", "0.0001", "100000")
     assert int(_flag(argv, "--max-tokens")) * int(_flag(argv, "--update-freq")) * 8 == 128 * 4096
     assert PAPER_ROWS["deepnorm_wmt_base_100l"][0].startswith("DeepNet")
-    admin = _train_argv("admin-wmt14-enfr-60L-12L", gpus=8)
-    assert (_flag(admin, "--arch"), _flag(admin, "--lr"), _flag(admin, "--warmup-updates"),
-            _flag(admin, "--max-epoch")) == ("admin_wmt_base_60_12", "0.001", "8000", "50")
-    assert int(_flag(admin, "--max-tokens")) * int(_flag(admin, "--update-freq")) * 8 == 32768
     rows = {r.experiment: r.paper.get("bleu") for r in _table("admin-t1").rows}
     assert rows["admin-wmt14-ende-60L-12L"] == 30.1 and rows["admin-wmt14-enfr-60L-12L"] == 43.8
     out = _dry_run_lines(capsys, "show", "deepnet-wmt-ende-18L-18L")

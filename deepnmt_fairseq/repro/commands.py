@@ -292,7 +292,7 @@ def recipe_flags(r: Recipe) -> List[str]:
                     "--warmup-init-lr", f"{r.warmup_init_lr:g}"]
     else:
         schedule = ["--lr-scheduler", r.lr_scheduler, *r.scheduler_flags]
-    flags = ["--optimizer", "adam", "--adam-betas", r.adam_betas, "--adam-eps", f"{r.adam_eps:g}",
+    flags = ["--optimizer", r.optimizer, "--adam-betas", r.adam_betas, "--adam-eps", f"{r.adam_eps:g}",
              "--clip-norm", f"{r.clip_norm:g}", "--weight-decay", f"{r.weight_decay:g}",
              "--lr", f"{r.lr:g}", *schedule, "--max-update", str(r.max_update), "--seed", str(r.seed)]
     if r.patience:

@@ -59,6 +59,9 @@ class Recipe:
     tokens_per_update: int
     adam_betas: str = "(0.9, 0.98)"
     adam_eps: float = 1e-9
+    # fairseq --optimizer: "adam", or "radam" (the plugin's RAdam, deepnmt_fairseq/optim/radam.py: the
+    # Admin authors' scripts); both take --adam-betas / --adam-eps / --weight-decay
+    optimizer: str = "adam"
     warmup_init_lr: float = 1e-7
     clip_norm: float = 0.0
     weight_decay: float = 0.0

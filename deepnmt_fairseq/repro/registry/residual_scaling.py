@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import List
 
-from ..spec import Recipe, Row, Table
+from ..spec import EvalSpec, Recipe, Row, Table
 from .common import ADMIN, DEEPNET, arch_name, single, wmt_ende_eval
 
 # DeepNet's WMT-17 setting ("huge batch", 128 x 4096 tokens), as the Admin authors re-ran it next to
@@ -24,21 +24,77 @@ DEEPNET_RECIPE = Recipe(
 )
 DEEPNET_DROPOUT = ("--dropout", "0.4")
 
-# Admin's released WMT14 script (LiyuanLucasLiu/Transformer-Clinic, mirrored in admin-torch's
-# example/train_wmt_en-de.sh): 8 x 4096 tokens, lr 1e-3, 8K warm-up.
-ADMIN_RECIPE = Recipe(
-    lr=0.001, warmup_updates=8000, max_update=0, tokens_per_update=32768, save="epoch", keep=10,
-    notes=(("recipe", "Liu et al.'s released WMT14 script (Transformer-Clinic; admin-torch "
-                      "example/train_wmt_en-de.sh): Adam (0.9, 0.98), lr 1e-3 after 8K warm-up updates from 1e-7 "
-                      "(inverse sqrt), 8 x 4096 = 32,768 tokens per update, label smoothing 0.1, attention and "
-                      "ReLU dropout 0.1, no weight decay"),
-           ("max_update", "the script has no real limit (1M updates); Very Deep Transformers trains to "
-                          "convergence: 50 epochs here (--max-epoch 50, ours), the last 10 epoch checkpoints "
-                          "averaged (ours)"),
-           ("profile", "Admin's omega is profiled on the first training batch inside fairseq-train (the released "
-                       "code profiles in a separate first run and writes profile.ratio.init)")),
+# Admin: the authors' released scripts, read (not copied).  En-De: Transformer-Clinic
+# (LiyuanLucasLiu/Transformer-Clinic, nmt-experiments/wmt14_en-de.md, "admin" section, 6/12/18 layers;
+# eval_wmt_en-de.sh).  En-Fr 6L-6L: Transformer-Clinic's wmt14_en-fr.md "admin 6l" (eval_wmt_en-fr.sh).
+# En-Fr 60L-12L: microsoft/deepnmt's run_wmt14_en_fr.sh (the code of Very Deep Transformers, whose 43.8
+# the row carries; nmt_eval/eval_enfr.sh), with Transformer-Clinic's "admin 60-12l" as a variant row.
+# All of them: --optimizer radam (the plugin's, deepnmt_fairseq/optim/radam.py: fairseq 0.12 has none),
+# betas (0.9, 0.98), no clipping, inverse sqrt from 1e-7 over 8K warm-up updates, weight decay 0, label
+# smoothing 0.1, attention and ReLU dropout 0.1, seed 1111, --fp16, --share-all-embeddings.
+_ADMIN_COMMON_NOTES = (
+    ("optimizer", "RAdam as the scripts' --optimizer radam: fairseq 0.12 registers none, so the plugin's "
+                  "--optimizer radam wraps torch.optim.RAdam (same update; the authors' own RAdam rectifies at "
+                  "rho_t >= 5 where torch uses > 5, deepnmt_fairseq/optim/radam.py)"),
+    ("adam_eps", "1e-8: the scripts give none, their RAdam's default"),
+    ("warmup_init_lr", "1e-7 as the scripts; their --min-lr 1e-9 is not a fairseq 0.12 inverse_sqrt option"),
+    ("precision", "the scripts train with --fp16 (--fp16-scale-window 256 --threshold-loss-scale 0.03125): give "
+                  "--fp16 to deepnmt-repro train on GPUs; loss-scale settings are fairseq's defaults here"),
+    ("profile", "Admin's omega is profiled on the first training batch inside fairseq-train (the released code "
+                "profiles in a separate one-GPU first run, --init-type adaptive-profiling, and writes the profile "
+                "to a file the real run reads)"),
 )
-ADMIN_EXTRA = ("--max-epoch", "50", "--attention-dropout", "0.1", "--activation-dropout", "0.1")
+ADMIN_BASE = Recipe(optimizer="radam", lr=0.001, warmup_updates=8000, max_update=0, tokens_per_update=32768,
+                    adam_eps=1e-8, save="epoch", keep=10, seed=1111, notes=_ADMIN_COMMON_NOTES)
+ADMIN_ENDE_RECIPE = ADMIN_BASE.with_(
+    lr=0.001, max_update=500000, tokens_per_update=4 * 8192, max_tokens=8192,
+    notes=(("recipe", "Transformer-Clinic's WMT14 En-De 'admin' script (nmt-experiments/wmt14_en-de.md): RAdam "
+                      "(0.9, 0.98), lr 1e-3 after 8K warm-up updates from 1e-7 (inverse sqrt), 4 GPUs x 8192 = "
+                      "32,768 tokens per update, --max-update 500000, dropout 0.1 (transformer_wmt_en_de's "
+                      "default), attention and ReLU dropout 0.1, no weight decay"),
+           ("max_epoch", "eval_wmt_en-de.sh averages the last 10 epoch checkpoints up to epoch 100 "
+                         "(--checkpoint-upper-bound 100): --max-epoch 100 so that our last 10 are those (our reading "
+                         "of the two scripts; the training script stops only at 500K updates)"),
+           ("60L-12L", "Transformer-Clinic's En-De script covers 6/12/18 layers and microsoft/deepnmt releases only "
+                       "En-Fr: the 60L-12L En-De row runs the same En-De recipe with 60/12 layers (our reading)"),
+           ("admin-torch", "microsoft/admin-torch's later example/train_wmt_en-de.sh differs: Adam, --max-update "
+                           "1000000, beam 4 / lenpen 0.6; the rows follow Transformer-Clinic, the paper's code")),
+)
+ADMIN_ENDE_EXTRA = ("--max-epoch", "100", "--dropout", "0.1", "--attention-dropout", "0.1", "--activation-dropout",
+                    "0.1")
+ADMIN_ENFR_6_RECIPE = ADMIN_BASE.with_(
+    lr=0.0007, max_update=0, tokens_per_update=8 * 8000 * 10, max_tokens=8000,
+    notes=(("recipe", "Transformer-Clinic's WMT14 En-Fr 'admin 6l' script (nmt-experiments/wmt14_en-fr.md): RAdam "
+                      "(0.9, 0.98), lr 7e-4 after 8K warm-up updates, 8 GPUs x 8000 tokens x update-freq 10 = "
+                      "640,000 tokens per update, 50 epochs, dropout 0.1, attention and ReLU dropout 0.1"),),
+)
+ADMIN_ENFR_60_RECIPE = ADMIN_BASE.with_(
+    lr=0.001, max_update=0, tokens_per_update=16 * 3200 * 8, max_tokens=3200,
+    notes=(("recipe", "microsoft/deepnmt's run_wmt14_en_fr.sh (Very Deep Transformers' code, Admin 60L-12L): "
+                      "RAdam (0.9, 0.98), lr 1e-3 after 8K warm-up updates, 16 GPUs x 3200 tokens x update-freq 8 "
+                      "= 409,600 tokens per update, 50 epochs, dropout 0.2 (its profiling run: 0.1 on one GPU), "
+                      "attention and ReLU dropout 0.1"),
+           ("clinic", "Transformer-Clinic's 'admin 60-12l' En-Fr script differs (lr 7e-4, dropout 0.1, 16 x 5000 x "
+                      "16 = 1,280,000 tokens, beam 5 / lenpen 0.8): row admin-wmt14-enfr-60L-12L-clinic")),
+)
+ADMIN_ENFR_60_CLINIC_RECIPE = ADMIN_BASE.with_(
+    lr=0.0007, max_update=0, tokens_per_update=16 * 5000 * 16, max_tokens=5000,
+    notes=(("recipe", "Transformer-Clinic's WMT14 En-Fr 'admin 60-12l' script: RAdam (0.9, 0.98), lr 7e-4 after "
+                      "8K warm-up updates, 16 GPUs x 5000 tokens x update-freq 16 = 1,280,000 tokens per update, 50 "
+                      "epochs, dropout 0.1, attention and ReLU dropout 0.1"),),
+)
+ADMIN_ENFR_EXTRA = ("--max-epoch", "50", "--attention-dropout", "0.1", "--activation-dropout", "0.1")
+
+
+def admin_eval(script: str, beam: int, lenpen: float, batch_size: int, upper: int) -> EvalSpec:
+    """The authors' evaluation scripts: the last 10 epoch checkpoints (up to epoch ``upper``) averaged,
+    fairseq-generate with their beam and length penalty."""
+    return EvalSpec(beam=beam, lenpen=lenpen, average=10, primary="tok_bleu", batch_size=batch_size,
+                    notes=(f"{script}: the 10 epoch checkpoints up to epoch {upper} averaged, beam {beam}, length "
+                           f"penalty {lenpen:g}" + (" (the script gives none: fairseq's default)" if
+                                                    script.startswith("eval_wmt_en-de") else ""),
+                           "headline: tokenized case-sensitive BLEU (multi-bleu.perl); detokenized sacreBLEU beside it"))
+
 
 _DEEPNET_DATA_NOTE = ("data: DeepNet Table 1 is WMT-17 En-De (the DeepNet team's preprocessed set, not among "
                       "deepnmt-prepare-data's corpora); this row runs on wmt14-en-de (test newstest2014), so its BLEU "
@@ -56,20 +112,38 @@ def tables() -> List[Table]:
                       model_flags=DEEPNET_DROPOUT, notes=(_DEEPNET_DATA_NOTE, _DEEPNET_BLEU_NOTE))
         deepnet_rows.append(Row(f"DeepNet {layers}L-{layers}L", name, {"bleu": bleu}))
     admin_rows = []
-    for ds, pair, bleu in (("wmt14-en-de", "ende", 30.1), ("wmt14-en-fr", "enfr", 43.8)):
-        for enc, dec, value in ((6, 6, "-"), (60, 12, bleu)):
-            name = single(f"admin-wmt14-{pair}-{enc}L-{dec}L", ADMIN, ds, arch_name("admin_wmt_base", enc, dec),
-                          ADMIN_RECIPE, wmt_ende_eval(10), f"Liu et al. 2020 Table 1: Admin {enc}L-{dec}L ({pair})",
-                          model_flags=ADMIN_EXTRA,
-                          notes=("paper BLEU: 60L-12L from the abstract of arXiv 2008.07772 (30.1 En-De, 43.8 "
-                                 "En-Fr without back-translation); the 6L-6L baseline's number is not recorded here",))
-            admin_rows.append(Row(f"Admin {enc}L-{dec}L, WMT14 {pair[:2].upper()}-{pair[2:].capitalize()}", name,
-                                  {"bleu": value}))
+    # pair, enc, dec, recipe, extra flags, eval, paper BLEU, name suffix, label suffix
+    ende_eval = admin_eval("Transformer-Clinic eval_wmt_en-de.sh", 5, 1.0, 128, 100)
+    admin_specs = (
+        ("ende", 6, 6, ADMIN_ENDE_RECIPE, ADMIN_ENDE_EXTRA, ende_eval, "-", ""),
+        ("ende", 60, 12, ADMIN_ENDE_RECIPE, ADMIN_ENDE_EXTRA, ende_eval, 30.1, ""),
+        ("enfr", 6, 6, ADMIN_ENFR_6_RECIPE, ADMIN_ENFR_EXTRA + ("--dropout", "0.1"),
+         admin_eval("Transformer-Clinic eval_wmt_en-fr.sh", 5, 0.8, 128, 50), "-", ""),
+        ("enfr", 60, 12, ADMIN_ENFR_60_RECIPE, ADMIN_ENFR_EXTRA + ("--dropout", "0.2"),
+         admin_eval("microsoft/deepnmt nmt_eval/eval_enfr.sh", 10, 1.0, 256, 50), 43.8, ""),
+        ("enfr", 60, 12, ADMIN_ENFR_60_CLINIC_RECIPE, ADMIN_ENFR_EXTRA + ("--dropout", "0.1"),
+         admin_eval("Transformer-Clinic eval_wmt_en-fr.sh", 5, 0.8, 128, 50), "-", "-clinic"),
+    )
+    for pair, enc, dec, recipe, extra, ev, value, suffix in admin_specs:
+        ds = "wmt14-en-de" if pair == "ende" else "wmt14-en-fr"
+        script = "Transformer-Clinic's" if pair == "ende" or enc == 6 or suffix else "microsoft/deepnmt's"
+        name = single(f"admin-wmt14-{pair}-{enc}L-{dec}L{suffix}", ADMIN, ds, arch_name("admin_wmt_base", enc, dec),
+                      recipe, ev, f"Liu et al. 2020 Table 1: Admin {enc}L-{dec}L ({pair}), {script} recipe",
+                      model_flags=extra,
+                      notes=("paper BLEU: 60L-12L from the abstract of arXiv 2008.07772 (30.1 En-De, 43.8 "
+                             "En-Fr without back-translation); the 6L-6L baseline's number is not recorded here",))
+        label = f"Admin {enc}L-{dec}L, WMT14 {pair[:2].upper()}-{pair[2:].capitalize()}"
+        admin_rows.append(Row(label + (" (Transformer-Clinic's 60-12l recipe)" if suffix else ""), name,
+                              {"bleu": value},
+                              "variant: the other released script (lr 7e-4, dropout 0.1, 1.28M tokens, beam 5 / "
+                              "lenpen 0.8)" if suffix else ""))
     return [
         Table("deepnet-t1", DEEPNET, "Table 1: WMT-17 En-De, N-layer encoder and decoder, DeepNorm",
               tuple(deepnet_rows),
               note="Transformer-base width (512 / 2048 / 8 heads), shared vocabulary. " + _DEEPNET_DATA_NOTE + "."),
         Table("admin-t1", ADMIN, "Table 1: WMT14 En-De / En-Fr, 60-layer encoder, 12-layer decoder, Admin",
               tuple(admin_rows),
-              note="Transformer-base width; Admin's omega profiled on the first training batch (docs/mechanisms.md)."),
+              note="Transformer-base width; Admin's omega profiled on the first training batch (docs/mechanisms.md). "
+                   "Recipes: the authors' released scripts (RAdam; Transformer-Clinic for En-De and En-Fr 6L-6L, "
+                   "microsoft/deepnmt for En-Fr 60L-12L), each row's notes list what differs."),
     ]

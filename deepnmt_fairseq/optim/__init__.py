@@ -1,0 +1,3 @@
+"""Optimizers the plugin registers in fairseq (``--optimizer NAME``)."""
+
+from . import radam  # noqa: F401
