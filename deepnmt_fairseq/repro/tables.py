@@ -13,7 +13,6 @@ from other papers that the plugin does not implement have no command and say why
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -393,17 +392,8 @@ def render_docs() -> str:
     return "\n".join(out)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="deepnmt-repro table", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--table", help="one table (keys: deepnmt-repro list)")
-    p.add_argument("--checkpoint-root", default=os.environ.get("DEEPNMT_CHECKPOINTS"),
-                   help="where the experiments' results.json are (default $DEEPNMT_CHECKPOINTS, else "
-                        "./work/checkpoints)")
-    p.add_argument("--output", help="write to this file instead of stdout")
-    p.add_argument("--docs", action="store_true", help=f"regenerate {DOC} (run from the repository root)")
-    p.add_argument("--check-docs", action="store_true", help=f"exit 1 if {DOC} is not up to date")
-    a = p.parse_args(argv)
+def main(a) -> int:
+    """``deepnmt-repro table`` (arguments: :mod:`deepnmt_cli.repro`)."""
     if (a.docs or a.check_docs) and not a.output and not DOC.parent.is_dir():
         print(f"error: no {DOC.parent}/ here: run from the repository root or pass --output FILE", file=sys.stderr)
         return 1
