@@ -8,7 +8,7 @@ import math
 import statistics
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from fidelity_plan import (CONVERGED_SEEDS, DD_KINDS, FAMILIES, POST_NORM_FAMILIES, RECORDS, REPO, REPORTS, by_system,
                            converged_families, dd_choice, dd_depth, headline_pairs, partials, run_order, run_updates,
@@ -489,7 +489,12 @@ def _save(plt, fig, path: Path) -> None:
 #: one colour per depth-study system in every figure of the report (matplotlib's tab10)
 FAMILY_COLOURS = dict(zip(FAMILIES, ("#d62728", "#1f77b4", "#ff7f0e", "#9467bd", "#2ca02c", "#8c564b",
                                      "#e377c2", "#17becf")))
-OTHER_COLOURS = ("#7f7f7f", "#bcbd22", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd")
+OTHER_COLOURS = ("#7f7f7f", "#bcbd22", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd",
+                 "#000000", "#e6550d", "#31a354", "#756bb1", "#636363", "#ad494a", "#a55194", "#6baed6")
+
+
+def _system_of(name: str) -> str:
+    return name.rsplit("-s", 1)[0] if name.rsplit("-s", 1)[-1].isdigit() else name
 
 
 def family_of(name: str) -> Optional[str]:
@@ -500,15 +505,17 @@ def family_of(name: str) -> Optional[str]:
     return m.group(1) if m and m.group(1) in FAMILIES else None
 
 
-def colour_of(name: str) -> str:
-    """The colour of a system in every figure: its family's, else a fixed one by its name."""
+def colour_of(name: str, others: Sequence[str] = ()) -> str:
+    """The colour of a system in every figure: its family's (FAMILY_COLOURS); the other systems
+    (deep decoder, GPKD, SSL: drawn in one figure only) by their place in ``others``, sorted."""
     import zlib
 
     fam = family_of(name)
     if fam:
         return FAMILY_COLOURS[fam]
-    base = name.rsplit("-s", 1)[0] if name.rsplit("-s", 1)[-1].isdigit() else name
-    return OTHER_COLOURS[zlib.crc32(base.encode()) % len(OTHER_COLOURS)]
+    base, others = _system_of(name), sorted(set(others))
+    i = others.index(base) if base in others else zlib.crc32(base.encode())
+    return OTHER_COLOURS[i % len(OTHER_COLOURS)]
 
 
 def _plot_depth(systems, p, path: Path) -> None:
@@ -709,11 +716,11 @@ def _plot_curves(results, path: Path) -> None:
     groups = [(t, ns) for t, ns in groups if ns]
     fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 3.6), squeeze=False)
     for ax, (title, names) in zip(axes[0], groups):
-        shown = set()
+        shown, others = set(), [_system_of(n) for n in names if not family_of(n)]
         for n in names:
             xs, ys = zip(*results[n]["losses"])
             system = results[n].get("system", n)
-            ax.plot(xs, ys, label=system if system not in shown else "_nolegend_", linewidth=0.8, color=colour_of(n))
+            ax.plot(xs, ys, label=system if system not in shown else "_nolegend_", linewidth=0.8, color=colour_of(n, others))
             shown.add(system)
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("update")
