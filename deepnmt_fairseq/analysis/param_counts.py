@@ -8,6 +8,7 @@ joint vocabularies by default) without any data; nothing is trained.
 
 from __future__ import annotations
 
+import argparse
 from types import SimpleNamespace
 
 
