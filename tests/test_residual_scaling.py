@@ -102,6 +102,50 @@ def test_deepnorm_init_gains():
     assert w.std().item() != pytest.approx(xavier_std(w, c.encoder_beta), rel=0.08)
 
 
+def test_deepnorm_with_msc_scales_both_attentions_and_leaves_the_gate_and_gru_at_their_init():
+    """DeepNorm's beta goes by layer name (fc1/fc2/v_proj/out_proj: beta; q_proj/k_proj: 1). With MSC
+    (docs/mechanisms.md, 'DeepNorm with MSC'): the fused attention's ATTN_h *and* ATTN_c projections get
+    them, in the encoder (Eq. 12) and the decoder (Eq. 13); the gate's W1, W2 (Eq. 12-13) and the shared
+    GRU cell of the context (Eq. 9) keep their default initialisation: bit for bit the post-norm MSC
+    model's of the same seed in the encoder, built before DeepNorm re-initialises anything."""
+    wide = ["--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "256",
+            "--decoder-ffn-embed-dim", "256", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
+    msc = ["--deep-memory", "msc", "--msc-block-layers", "2", "--decoder-layers", "3"]
+    model = build_model(extra=wide + msc + ["--deepnorm"], seed=1)
+    plain = build_model(extra=wide + msc + ["--post-norm"], seed=1)
+    c = deepnorm_constants(6, 3)
+
+    def xavier_std(w, gain):
+        fan_out, fan_in = w.shape
+        return gain * math.sqrt(2.0 / (fan_in + fan_out))
+
+    fused = {"encoder": [layer.self_attn for layer in model.encoder.layers],
+             "decoder": [layer.encoder_attn for layer in model.decoder.layers]}
+    assert all(type(a).__name__ == "ContextFusionAttention" for attns in fused.values() for a in attns)
+    for side, beta in (("encoder", c.encoder_beta), ("decoder", c.decoder_beta)):
+        for attn in fused[side]:
+            for a in (attn, attn.context_attn):  # ATTN_h and ATTN_c
+                for w in (a.v_proj.weight, a.out_proj.weight):
+                    assert w.std().item() == pytest.approx(xavier_std(w, beta), rel=0.1), side
+                for w in (a.q_proj.weight, a.k_proj.weight):
+                    assert w.std().item() == pytest.approx(xavier_std(w, 1.0), rel=0.1), side
+            # the gate: torch's nn.Linear default, U(-1/sqrt(fan_in), 1/sqrt(fan_in)), not Xavier-normal
+            for w in (attn.fusion.w1.weight, attn.fusion.w2.weight):
+                bound = 1 / math.sqrt(w.shape[1])
+                assert w.abs().max().item() <= bound
+                assert w.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.1)
+    for mine, theirs in zip(model.encoder.layers, plain.encoder.layers):
+        for name in ("fusion.w1.weight", "fusion.w1.bias", "fusion.w2.weight"):
+            assert torch.equal(mine.self_attn.get_parameter(name), theirs.self_attn.get_parameter(name)), name
+    gru = dict(model.encoder.named_parameters())
+    gru_plain = dict(plain.encoder.named_parameters())
+    cell = [n for n in gru if ".cell." in n]
+    assert cell and all(torch.equal(gru[n], gru_plain[n]) for n in cell)
+    # sensitivity: the same ATTN_c value projection in the plain model is not beta-scaled
+    w = plain.encoder.layers[0].self_attn.context_attn.v_proj.weight
+    assert w.std().item() != pytest.approx(xavier_std(w, c.encoder_beta), rel=0.1)
+
+
 def test_deepnorm_override_and_student_depths():
     m = build_model(extra=TINY + ["--deepnorm", "--deepnorm-alpha-beta", "3,0.5,4,0.25", "--encoder-layers", "2",
                                   "--decoder-layers", "1"])

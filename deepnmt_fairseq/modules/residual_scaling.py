@@ -108,7 +108,13 @@ def deepnorm_init_(module: nn.Module, beta: float) -> int:
     """Re-initialise the linear maps of ``module``'s sub-layers as DeepNorm prescribes
     (Wang et al. 2022, Fig. 2: ``xavier_normal_(w, gain=beta)`` for the FFN, value and output
     projections, ``gain=1`` for query and key).  Biases are left as they are.  Returns the number
-    of weight matrices re-initialised (0 means the layer has none of these names: a bug)."""
+    of weight matrices re-initialised (0 means the layer has none of these names: a bug).
+
+    By name, so a layer's other linear maps keep their initialisation: with MSC (our reading, the
+    DeepNet paper is silent on it) both attentions of the fused attention, ATTN_h and ATTN_c
+    (``context_attn``), are β-scaled like a plain attention, and the gate's ``w1``/``w2`` keep
+    torch's default init: the gate selects between the two outputs rather than adding a value to the
+    residual sum (docs/mechanisms.md, "DeepNorm with MSC")."""
     count = 0
     for name, child in module.named_modules():
         leaf = name.rsplit(".", 1)[-1]
