@@ -784,8 +784,9 @@ def _call_cell(c: dict, with_delta: bool = True) -> str:
     marks = []
     if c["machine"][0] == "confounded":
         marks.append("confounded with the CPU type")
-    for n, seeds in c["improving"].items():
-        marks.append(f"{_short(n)} still improving ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})")
+    if c["improving"]:  # which seeds: the BLEU cells of both sides' rows
+        marks.append("both sides still improving" if len(c["improving"]) == 2 else
+                     f"{_short(next(iter(c['improving'])))} still improving")
     return text + "".join(f"; {m}" for m in marks)
 
 

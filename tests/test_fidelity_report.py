@@ -1241,8 +1241,20 @@ def test_readmes_evidence_table_is_the_one_the_records_make(tmp_path):
         f"README.md has no evidence table: add the lines {report.EVIDENCE_START} and {report.EVIDENCE_END} where it "
         "belongs, then run `python benchmarks/fidelity.py --preset cpu --report-only`, which writes it between them")
     assert block == table, "README's evidence table differs from the records: run `python benchmarks/fidelity.py --preset cpu --report-only`"
-    assert report.EVIDENCE_TABLE.read_text() == "# The evidence, in one table\n\n" + report.evidence_table(results, p, "../")
-    # a record that changes changes the table
+
+
+def test_the_evidence_table_page_is_the_one_the_records_make(tmp_path):
+    """docs/evidence-table.md (the same table, its links from docs/) equals what the committed records
+    make, and a record that changes changes the table."""
+    import fidelity_plan as plan
+    import fidelity_report as report
+
+    results = plan.finished(tmp_path / "no-work", plan.REPO / plan.RECORDS / "cpu")
+    p = plan.PRESETS["cpu"]
+    assert report.EVIDENCE_TABLE.read_text() == "# The evidence, in one table\n\n" + report.evidence_table(results, p, "../"), (
+        "docs/evidence-table.md differs from the records: run `python benchmarks/fidelity.py --preset cpu --report-only`")
+    table = report.evidence_table(results, p)
+    assert "| pre-norm | 24 | 18.58 ± 1.71 (3 seeds), still improving: 2 of 3 | worse than pre-norm-6 (-3.66); confounded with the CPU type; both sides still improving |" in table
     name = "conv-msc-24-s1"
     changed = dict(results, **{name: dict(results[name], bleu=results[name]["bleu"] + 3)})
     assert report.evidence_table(changed, p) != table
