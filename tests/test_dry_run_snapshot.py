@@ -52,8 +52,12 @@ def _placeholders(text: str) -> str:
 
 def dry_runs() -> str:
     """The text of every row's dry run under every launch, in registry order."""
-    from deepnmt_fairseq.repro import cli
     from deepnmt_fairseq.repro.registry import EXPERIMENTS
+
+    try:  # the console script's entry point (deepnmt_cli parses, deepnmt_fairseq.repro runs)
+        from deepnmt_cli.repro import main
+    except ImportError:  # before the console scripts moved to deepnmt_cli
+        from deepnmt_cli.repro import main
 
     saved = dict(os.environ)
     out = []
@@ -65,7 +69,7 @@ def dry_runs() -> str:
             for name in EXPERIMENTS:
                 buf, err = io.StringIO(), io.StringIO()
                 with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
-                    rc = cli.main(["train", name, "--dry-run", *flags])
+                    rc = main(["train", name, "--dry-run", *flags])
                 out.append(f"===== {label}: deepnmt-repro train {name} --dry-run {' '.join(flags)} (exit {rc})\n")
                 out.append(buf.getvalue())
                 if rc:

@@ -31,10 +31,12 @@ process: the plan can be printed, tested and run by :class:`deepnmt_fairseq.dist
 from __future__ import annotations
 
 import argparse
-import shlex
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
+
+# the one job model and fairseq command builder (deepnmt_fairseq/jobs): a plan is a list of Stage
+from ..jobs.fairseq_argv import averaged_path, fairseq_train, gp_flags, user_dir  # noqa: F401  (re-exported)
+from ..jobs.stage import Stage
 
 # the GPKD paper's training settings (Wang et al. 2019 settings, as scripts/gpkd_pipeline.py and the
 # registry's GPKD recipe); every stage's fairseq-train gets them unless the caller passes its own
@@ -46,49 +48,6 @@ DEFAULT_TRAIN_ARGS = ("--optimizer adam --adam-betas (0.9,0.997) --lr 0.002 --lr
 
 class PlanError(ValueError):
     """A plan that cannot be made; the message names the flag or file."""
-
-
-@dataclass
-class Stage:
-    """One step: ``argv`` (a console script by name, then its arguments) makes ``output``.
-
-    ``marker``: ``output`` is a directory that the runner marks complete with a ``.done`` file
-    after the command succeeds (fairseq-train's save directory, the exported model); otherwise
-    the command itself writes ``output`` only when it is complete (averaging, extraction write
-    atomically; deepnmt-skd writes ``.done`` last).  ``call``: a Python step instead of a
-    command (the report)."""
-
-    name: str
-    #: the command; or a function returning it, for a stage whose flags are read from an earlier
-    #: stage's output when it starts (the extracted student's architecture)
-    argv: "List[str] | Callable[[], List[str]]"
-    output: Path
-    marker: bool = False
-    log: Optional[Path] = None
-    what: str = ""
-    call: Optional[Callable[[], None]] = field(default=None, repr=False, compare=False)
-
-    def done_file(self) -> Path:
-        return self.output / ".done" if self.marker else self.output
-
-    def is_done(self) -> bool:
-        return self.done_file().exists()
-
-    def command(self) -> List[str]:
-        return [str(c) for c in (self.argv() if callable(self.argv) else self.argv)]
-
-    def resolved(self) -> List[str]:
-        """:meth:`command` with the console script resolved to this environment's
-        (:func:`deepnmt_fairseq.console.exe`), for callers that start it themselves."""
-        from ..console import exe
-
-        argv = self.command()
-        return [exe(argv[0]), *argv[1:]] if argv else argv
-
-    def command_line(self) -> str:
-        if callable(self.argv):
-            return f"({self.what}: its flags are read when it starts)"
-        return " ".join(shlex.quote(str(c)) for c in self.argv) if self.argv else f"(in-process: {self.what})"
 
 
 def _s(values) -> List[str]:
@@ -107,29 +66,16 @@ def extraction_group_sizes(cfg_model) -> Tuple[int, int]:
     return h["encoder"], h["decoder"]
 
 
-def gp_flags(h_enc: int, h_dec: int = 1) -> List[str]:
-    out = ["--gp-group-size", str(h_enc)] if h_enc > 1 else []
-    return out + (["--gp-decoder-group-size", str(h_dec)] if h_dec > 1 else [])
-
 
 # ---------------------------------------------------------------- stages
 def train_stage(name: str, data, save_dir: Path, arch: str, flags: Sequence, max_update: int, common: Sequence,
                 extra: Sequence = ()) -> Stage:
     """fairseq-train into ``save_dir`` (resumes from its checkpoint_last.pt when re-run)."""
     save_dir = Path(save_dir)
-    return Stage(name, _s(["fairseq-train", data, "--user-dir", user_dir(), "--arch", arch, *flags,
-                           "--max-update", max_update, "--save-dir", save_dir, *common, *extra]),
-                 save_dir, marker=True, log=save_dir / "train.log", what=f"train {name}")
+    return Stage(name, fairseq_train(data, ["--arch", arch, *flags, "--max-update", max_update, "--save-dir", save_dir],
+                                     common, extra),
+                 save_dir, marker=True, log=save_dir / "train.log", what=f"train {name}", kind="train")
 
-
-def averaged_path(stage_dir: Path, k: int, keep_training_state: bool = False) -> Path:
-    """The model of a training stage: the average of its last ``k`` checkpoints (checkpoint_last.pt
-    for k <= 1); ``keep_training_state``: with the newest checkpoint's optimizer state and update
-    count, for ``--continue-once``."""
-    stage_dir = Path(stage_dir)
-    if k <= 1:
-        return stage_dir / "checkpoint_last.pt"
-    return stage_dir / (f"checkpoint_avg{k}.resume.pt" if keep_training_state else f"checkpoint_avg{k}.pt")
 
 
 #: which checkpoints deepnmt-average-checkpoints counts: either kind by update, checkpoint_E_U.pt by
@@ -151,7 +97,7 @@ def average_stage(name: str, stage_dir: Path, k: int, keep_training_state: bool 
                            "--output", out, *(["--keep-training-state"] if keep_training_state else [])]),
                  out, what=f"average the last {k} checkpoints of {label or Path(stage_dir).name}"
                            + (" keeping the newest one's optimizer state and update count (to continue training)"
-                              if keep_training_state else ""))
+                              if keep_training_state else ""), kind="average", rank0_only=True)
 
 
 def teacher_stages(work: Path, data, arch: str, flags: Sequence, h_enc: int, h_dec: int, common: Sequence,
@@ -190,28 +136,23 @@ def teacher_stages(work: Path, data, arch: str, flags: Sequence, h_enc: int, h_d
 def skd_stage(data, teacher: Path, out: Path, device: Sequence = (), extra: Sequence = ()) -> Stage:
     """deepnmt-skd: the (averaged) teacher translates the training set (its .done comes last)."""
     return Stage("skd", _s(["deepnmt-skd", "--data", data, "--teacher", teacher, "--output", out, *device, *extra]),
-                 Path(out) / ".done", log=Path(str(out) + ".log"), what="SKD data from the averaged teacher")
+                 Path(out) / ".done", log=Path(str(out) + ".log"), what="SKD data from the averaged teacher", kind="skd",
+                 rank0_only=True)
 
 
 def extract_stage(teacher: Path, h_enc: int, h_dec: int, out: Path, select: str = "random", seed: int = 1) -> Stage:
     """deepnmt-extract-student with the teacher's own h (the CLI refuses any other)."""
     return Stage("extract", _s(["deepnmt-extract-student", "--teacher", teacher, "--encoder-group-size", h_enc,
                                 "--decoder-group-size", h_dec, "--select", select, "--seed", seed, "--output", out]),
-                 Path(out), what=f"one layer per group (h = {h_enc} encoder, {h_dec} decoder)")
+                 Path(out), what=f"one layer per group (h = {h_enc} encoder, {h_dec} decoder)", kind="extract",
+                 rank0_only=True)
 
 
 def export_stage(checkpoint: Path, out: Path, data, quantization: str, extra: Sequence = ()) -> Stage:
     """deepnmt-export-ct2 (``--force``: a half-written directory of an interrupted export is replaced)."""
     return Stage("export", _s(["deepnmt-export-ct2", checkpoint, out, "--quantization", quantization, "--data", data,
                                *extra, "--force"]), Path(out), marker=True, log=Path(str(out) + ".log"),
-                 what=f"CTranslate2 export ({quantization})")
-
-
-def user_dir() -> str:
-    """--user-dir of every fairseq command: the installed package (found without importing fairseq)."""
-    import importlib.util
-
-    return list(importlib.util.find_spec("deepnmt_fairseq").submodule_search_locations)[0]
+                 what=f"CTranslate2 export ({quantization})", kind="export", rank0_only=True)
 
 
 # ---------------------------------------------------------------- the student's architecture
@@ -249,7 +190,7 @@ def build_student(arch: str, flags: Sequence[str], vocab_size: int, dictionaries
     exporter's refusals are asked about *before* any training."""
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
-    from ..cli.param_counts import make_dictionary
+    from ..analysis.param_counts import make_dictionary
 
     parser = argparse.ArgumentParser(allow_abbrev=False, argument_default=argparse.SUPPRESS)
     ARCH_MODEL_REGISTRY[arch].add_args(parser)
@@ -279,8 +220,8 @@ def transfer_init(teacher: Path, arch: str, flags: Sequence[str], data: Path, ou
     from fairseq.data import Dictionary
 
     from ..checkpoint_safety import load_checkpoint
-    from ..cli.average_checkpoints import save_atomic
-    from ..cli.skd import language_pair
+    from ..checkpoint_averaging import save_atomic
+    from .skd import language_pair
 
     src, tgt = language_pair(str(data))
     dicts = tuple(Dictionary.load(str(Path(data) / f"dict.{lang}.txt")) for lang in (src, tgt))

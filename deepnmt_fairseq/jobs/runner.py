@@ -1,0 +1,312 @@
+"""The one runner: executes a list of :class:`~deepnmt_fairseq.jobs.stage.Stage` for every caller.
+
+* a stage whose done-marker exists is skipped (every command resumes: fairseq-train from its
+  ``checkpoint_last.pt``, deepnmt-skd from its first unfinished shard);
+* before the first stage, every unfinished stage's ``preflight`` runs (a missing dataset is an
+  error before any process group starts);
+* each command's output is teed to the stage's log (all of it to the console with
+  ``echo_all``, else its progress lines), ``.done`` written for ``marker`` stages;
+* :func:`settings_guard` ties a work directory to the settings it was made with;
+* several processes (a :class:`~deepnmt_fairseq.jobs.cluster.Launch` with a rank): every rank
+  walks the same stages; ``rank0_only`` stages run on rank 0 while the others wait for their
+  done-marker, at most :func:`~deepnmt_fairseq.jobs.cluster.rank0_timeout` seconds.  A rank-0
+  stage that fails writes ``<done-marker>.failed`` (with this job's id) and every waiting rank
+  exits with its error; a rank waiting for an input rank 0 writes checks it first and fails at
+  once if none of this run's stages makes it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Type
+
+from .stage import JobError, Stage, make_log, quote
+
+# lines of a stage's log echoed to the console: fairseq-train's progress and validation, deepnmt-skd's
+# progress, fairseq-generate's summary, errors
+PROGRESS = re.compile(r"\bepoch \d+|done training|valid on|\[skd |Translated \d|error|Error|Traceback|exported ")
+
+# the package's own quick commands run in this process (no second interpreter and fairseq import,
+# which take half a minute on a loaded 2-core machine): console script -> module with main(argv)
+IN_PROCESS = {"deepnmt-average-checkpoints": "deepnmt_cli.average_checkpoints",
+              "deepnmt-extract-student": "deepnmt_cli.extract_student"}
+
+#: seconds between looks at rank 0's markers
+WAIT_POLL = 30.0
+
+
+class RunError(JobError):
+    """A stage failed; the message names the stage, its command and its log."""
+
+
+def settings_guard(work: Path, settings: Dict, name: str = "settings.json", flag: str = "--work-dir",
+                   error: Type[Exception] = RunError, missing_as_default: bool = False) -> None:
+    """Tie ``work`` to ``settings``: the first run writes them, a run with other settings is refused
+    (the outputs in ``work`` were made with the old ones).  ``missing_as_default``: a setting absent
+    from the stamp (added to the tool later) compares as ``None`` and the stamp is rewritten."""
+    work.mkdir(parents=True, exist_ok=True)
+    stamp = work / name
+    settings = json.loads(json.dumps(settings))  # the JSON view (tuples as lists, paths as strings)
+    if stamp.exists():
+        old = json.loads(stamp.read_text())
+        keys = settings if missing_as_default else sorted(set(old) | set(settings))
+        diff = {k: {"then": old.get(k), "now": settings.get(k)} for k in keys if old.get(k) != settings.get(k)}
+        if diff:
+            raise error(f"{work} holds a run with other settings ({stamp}): {json.dumps(diff)}; "
+                        f"use another {flag}, or the same settings to resume")
+        if not missing_as_default:
+            return
+    tmp = stamp.with_suffix(".tmp")
+    tmp.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, stamp)
+
+
+def _importable(module: Optional[str]) -> bool:
+    try:
+        return module is not None and importlib.util.find_spec(module) is not None
+    except ImportError:
+        return False
+
+
+def _resolve(name: str) -> str:
+    from ..console import exe
+
+    return name if os.sep in name else exe(name)
+
+
+class Runner:
+    """Runs stages (module doc).  ``prefix``: the log lines' ``[prefix HH:MM:SS]``; ``echo``: where
+    they go (a function; default stderr); ``echo_all``: every output line of a command to the
+    console (else its progress lines); ``in_process``: the package's quick commands
+    (:data:`IN_PROCESS`) run in this process; ``launch``: the ranks of a multi-process job;
+    ``error``: the exception class of failures (a caller's own, e.g. ReproError)."""
+
+    def __init__(self, prefix: str = "distill", env: Optional[Dict[str, str]] = None,
+                 echo: Optional[Callable[[str], None]] = print, echo_all: bool = False, in_process: bool = True,
+                 launch=None, error: Type[Exception] = RunError, numbered: bool = True):
+        from ..console import child_env
+
+        self.prefix = prefix
+        self.env = child_env(dict(env if env is not None else os.environ, PYTHONUNBUFFERED="1"))
+        self.echo = echo
+        self.echo_all = echo_all
+        self.in_process = in_process
+        self.launch = launch
+        self.error = error
+        self.numbered = numbered
+        self.log = make_log(prefix, echo=echo)
+        self.ran: List[str] = []  # names of the stages run (not skipped) by this runner
+        self.started = time.time()
+
+    @property
+    def is_rank0(self) -> bool:
+        return self.launch is None or self.launch.is_rank0
+
+    # ---------------------------------------------------------------- the loop
+    def run(self, stages: Iterable[Stage]) -> None:
+        stages = list(stages)
+        for st in stages:
+            if st.preflight is not None and not st.is_done():
+                st.preflight()
+        # markers written by rank 0 in this run: a non-zero rank may get to a stage before rank 0 wrote them
+        produced = {st.done_file(): st for st in stages}
+        for i, st in enumerate(stages, 1):
+            head = f"stage {i}/{len(stages)} {st.name}" if self.numbered else st.name
+            if self.is_rank0:
+                try:
+                    self._stage(st, head, stages, produced)
+                except BaseException as err:
+                    if self.launch is not None and self.launch.rank is not None:
+                        self._mark_failed(st, err)
+                    raise
+            else:
+                self._stage(st, head, stages, produced)
+
+    def _stage(self, st: Stage, head: str, stages: Sequence[Stage], produced: Dict[Path, Stage]) -> None:
+        if self.is_rank0:
+            if st.refresh is not None:
+                st.refresh()
+            st.failed_file().unlink(missing_ok=True)
+        if st.is_done():
+            self.log(f"{head}: done earlier ({st.done_file()})" +
+                     ("; skipping - delete that .done file to train further" if st.history else ""))
+            return
+        if not self.is_rank0:
+            # inputs from outside this run (another experiment, a stage not selected) exist or never will;
+            # the others are rank 0's to write, maybe still under way: wait for them, then check
+            self.check_inputs([n for n in st.needs if n not in produced])
+            if st.rank0_only:  # rank 0 runs it; here only its result counts
+                self.wait_for(st, st, stages)
+                return
+            for n in st.needs:
+                if n in produced and not n.exists():
+                    self.wait_for(produced[n], st, stages)
+        self.check_inputs(st.needs)
+        if st.batch and st.batch["effective_tokens_per_update"] > 1.25 * st.batch["tokens_per_update"]:
+            b = st.batch
+            self.log(f"warning: {b['world_size']} processes x {b['max_tokens']} tokens exceed the paper's "
+                     f"{b['tokens_per_update']} tokens per update; use fewer GPUs or --max-tokens")
+        self.log(f"{head}: {st.what}")
+        t0 = time.time()
+        self.execute(st, t0)
+        self.ran.append(st.name)
+        self.log(f"{head}: finished in {time.time() - t0:.0f} s")
+
+    def execute(self, st: Stage, t0: Optional[float] = None) -> None:
+        t0 = time.time() if t0 is None else t0
+        argv: List[str] = []
+        if st.call is not None:
+            st.call()
+        else:
+            argv = st.command()
+            if st.history and self.is_rank0:
+                record_command(st.output, argv, st.batch, self.log)
+            try:
+                self.command(argv, st.log if self.is_rank0 else None, st.name)
+            except self.error:
+                if not (st.ok_if_output and st.done_file().exists()):
+                    raise
+        if st.marker and self.is_rank0:
+            st.output.mkdir(parents=True, exist_ok=True)
+            st.done_file().write_text(json.dumps({"finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                                  "argv": argv,
+                                                  "seconds": round(time.time() - t0, 1)}) + "\n")
+        if self.is_rank0 and not st.is_done():
+            raise self.error(f"stage {st.name}: finished without writing {st.done_file()}")
+
+    # ---------------------------------------------------------------- commands
+    def command(self, argv, log: Optional[Path] = None, name: str = "") -> None:
+        """Run ``argv`` (a console script by name first); its output goes to ``log`` (appended:
+        a resumed stage keeps its history) and to the console (all of it, or its progress lines)."""
+        argv = [str(a) for a in argv]
+        if self.in_process and _importable(IN_PROCESS.get(argv[0])):
+            self.log("$ " + quote(argv))
+            rc = importlib.import_module(IN_PROCESS[argv[0]]).main(argv[1:])
+            if rc:
+                raise self.error(f"stage {name}: {argv[0]} failed (exit {rc})")
+            return
+        cmd = [_resolve(argv[0]), *argv[1:]]
+        self.log("$ " + quote(argv))
+        rc = self.tee(cmd, log)
+        if rc:
+            tail = ""
+            if log is not None and not self.echo_all:
+                tail = f"; end of {log}:\n" + log.read_text(encoding="utf-8", errors="replace")[-3000:]
+            raise self.error(f"stage {name}: {argv[0]} failed (exit {rc}); fix the cause and re-run the same "
+                             f"command: finished stages are skipped and every command resumes{tail}")
+
+    def tee(self, cmd: List[str], log: Optional[Path]) -> int:
+        """Start ``cmd``; its output goes to ``log`` (if any) and to the console; its exit status."""
+        fh = None
+        if log is not None:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            fh = open(log, "a", encoding="utf-8")
+            fh.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} $ {quote(cmd)}\n")
+            fh.flush()
+        try:
+            try:
+                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env, text=True,
+                                        errors="replace", bufsize=1)
+            except FileNotFoundError as err:
+                raise self.error(f"cannot start {cmd[0]}: {err} (is the environment activated?)") from None
+            try:
+                for line in proc.stdout:
+                    if fh:
+                        fh.write(line)
+                    if self.echo_all:
+                        sys.stdout.write(line)
+                        sys.stdout.flush()
+                    elif PROGRESS.search(line) and self.echo is not None:
+                        self.echo(f"  {line.rstrip()}")
+                return proc.wait()
+            except BaseException:
+                proc.terminate()
+                proc.wait()
+                raise
+        finally:
+            if fh:
+                fh.close()
+
+    # ---------------------------------------------------------------- ranks
+    def check_inputs(self, needs: Sequence[Path]) -> None:
+        missing = [n for n in needs if not n.exists()]
+        if missing:
+            raise self.error("missing input(s): " + ", ".join(map(str, missing)) +
+                             " - run the experiment(s) they belong to first (deepnmt-repro train NAME, "
+                             "or scripts/train.sh NAME)")
+
+    def _mark_failed(self, st: Stage, err: BaseException) -> None:
+        from .cluster import job_id
+
+        try:
+            path = st.failed_file()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"job": job_id(), "stage": st.name,
+                                        "error": f"{type(err).__name__}: {err}"}) + "\n")
+        except OSError:
+            pass  # the original error matters more
+
+    def _failure(self, stages: Sequence[Stage]) -> Optional[str]:
+        """Rank 0's failure in this job, if any of ``stages`` has one (markers of other jobs ignored)."""
+        from .cluster import job_id
+
+        me = job_id()
+        for st in stages:
+            path = st.failed_file()
+            try:
+                if path.stat().st_mtime < self.started - 120:
+                    continue  # older than this job
+                info = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if info.get("job", "") == me:
+                return f"rank 0 failed at stage {info.get('stage')}: {info.get('error')}"
+        return None
+
+    def wait_for(self, producer: Stage, waiter: Stage, stages: Sequence[Stage], poll: Optional[float] = None) -> None:
+        """Wait for rank 0 to finish ``producer`` (``waiter`` needs it); an error naming the stage when
+        rank 0 failed or after :func:`~deepnmt_fairseq.jobs.cluster.rank0_timeout` seconds."""
+        from . import runner as _self
+        from .cluster import rank0_timeout
+
+        poll = _self.WAIT_POLL if poll is None else poll
+        timeout = rank0_timeout()
+        marker = producer.done_file()
+        what = producer.name + (f" (input of {waiter.name})" if waiter is not producer else "")
+        start = time.time()
+        while not marker.exists():
+            failure = self._failure(stages)
+            if failure:
+                raise self.error(f"rank {self.launch.rank}: {failure}; this rank stops too")
+            waited = time.time() - start
+            if waited > timeout:
+                raise self.error(f"rank {self.launch.rank}: rank 0's step {what} did not finish within "
+                                 f"{timeout:.0f} s ($DEEPNMT_RANK0_TIMEOUT); its marker {marker} never appeared - "
+                                 "look at rank 0's log")
+            self.log(f"waiting for rank 0: {what} ({marker}); {waited:.0f} s")
+            time.sleep(min(poll, max(0.01, timeout - waited + 0.01)))
+
+
+def record_command(stage_dir: Path, argv: List[str], batch=None, log=None) -> None:
+    """Append the command to <stage>/commands.jsonl and note when it differs from the last run's."""
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    path = stage_dir / "commands.jsonl"
+    entry = {"time": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": argv, "batch": batch}
+    if path.exists():
+        lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        if lines and log is not None:
+            prev = json.loads(lines[-1]).get("argv", [])
+            if prev != argv:
+                changed = sorted(set(prev) ^ set(argv))
+                log(f"note: {stage_dir} was started with a different command; fairseq resumes from its "
+                    f"checkpoint_last.pt with the new one (differences: {' '.join(changed[:12])})")
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry) + "\n")

@@ -1,0 +1,185 @@
+"""The one job model (deepnmt_fairseq/jobs): the cluster policy's loud failures, the runner's waiting
+for rank 0 (timeout, a failed rank-0 step ends the others), the dataset check before any process
+group, the DDP backend from the model's options, and SKD on every GPU of rank 0's node."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from deepnmt_fairseq.jobs import cluster, runner as job_runner
+from deepnmt_fairseq.jobs.stage import JobError, Stage
+from deepnmt_fairseq.repro import commands
+from deepnmt_fairseq.repro.registry import EXPERIMENTS
+
+NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
+
+
+# ------------------------------------------------------------------ loud failures of the GPU path
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_half_precision_without_a_gpu_is_an_error_naming_what_was_detected(precision):
+    launch = cluster.make_launch("local", env=NO_GPU)
+    with pytest.raises(cluster.ClusterError) as err:
+        cluster.check_devices(launch, precision)
+    msg = str(err.value)
+    assert f"--{precision} needs a GPU" in msg and "CUDA_VISIBLE_DEVICES=''" in msg and "--cpu" in msg
+    with pytest.raises(cluster.ClusterError, match="--cpu was given"):
+        cluster.check_devices(cluster.make_launch("local", cpu=True, env=NO_GPU), precision)
+    cluster.check_devices(cluster.make_launch("local", env={"CUDA_VISIBLE_DEVICES": "0"}), precision)  # a GPU: fine
+    cluster.check_devices(launch, None)  # one local CPU process without --fp16: allowed (it says so)
+
+
+@pytest.mark.parametrize("launcher, env, where", [
+    ("torchrun", {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"}, "under torchrun"),
+    ("slurm", {"SLURM_NTASKS": "2", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "MASTER_ADDR": "n1"}, "as a Slurm task"),
+])
+def test_a_rank_without_a_gpu_is_an_error_unless_cpu_is_asked_for(launcher, env, where):
+    launch = cluster.make_launch(launcher, env={**env, **NO_GPU})
+    with pytest.raises(cluster.ClusterError) as err:
+        cluster.check_devices(launch)
+    assert where in str(err.value) and "no GPU was detected (CUDA_VISIBLE_DEVICES='')" in str(err.value)
+    assert "add --cpu" in str(err.value)
+    on_purpose = cluster.make_launch(launcher, cpu=True, env={**env, **NO_GPU})
+    cluster.check_devices(on_purpose)
+    assert "--distributed-backend" in on_purpose.fairseq_flags() and "gloo" in on_purpose.fairseq_flags()
+
+
+def test_the_registry_refuses_a_gpu_less_rank_before_any_command(tmp_path, monkeypatch):
+    started = []
+    monkeypatch.setattr(job_runner.Runner, "tee", lambda self, argv, log: started.append(argv) or 0)
+    exp = EXPERIMENTS["msc-iwslt14-ende-6L"]
+    launch = cluster.make_launch("torchrun", env={"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", **NO_GPU})
+    opts = commands.RunOptions(paths=commands.Paths(tmp_path / "data", tmp_path / "ck"), launch=launch)
+    with pytest.raises(commands.ReproError, match="under torchrun"):
+        commands.run_steps(commands.Planner(EXPERIMENTS, exp, opts).plan(), launch)
+    local = cluster.make_launch("local", env=NO_GPU)
+    opts = commands.RunOptions(paths=commands.Paths(tmp_path / "data", tmp_path / "ck"), launch=local, precision="fp16")
+    with pytest.raises(commands.ReproError, match="--fp16 needs a GPU"):
+        commands.run_steps(commands.Planner(EXPERIMENTS, exp, opts).plan(), local)
+    assert not started
+
+
+# ------------------------------------------------------------------ the dataset, before any process group
+def test_a_missing_or_mismatched_dataset_names_deepnmt_prepare_data(tmp_path, monkeypatch):
+    started = []
+    monkeypatch.setattr(job_runner.Runner, "tee", lambda self, argv, log: started.append(argv) or 0)
+    exp = EXPERIMENTS["msc-iwslt14-ende-6L"]
+    paths = commands.Paths(tmp_path / "data", tmp_path / "ck")
+    opts = commands.RunOptions(paths=paths, launch=cluster.make_launch("local", env=NO_GPU))
+    steps = commands.Planner(EXPERIMENTS, exp, opts).plan()
+    with pytest.raises(commands.ReproError) as err:
+        commands.run_steps(steps, opts.launch)
+    assert f"deepnmt-prepare-data {exp.dataset} --data-root {tmp_path / 'data'}" in str(err.value)
+    assert "no binarized data" in str(err.value)
+    bin_dir = tmp_path / "data" / exp.dataset / "bin"  # another pair's data where this one's should be
+    bin_dir.mkdir(parents=True)
+    for name in ("dict.fr.txt", "dict.en.txt", "train.fr-en.fr.idx"):
+        (bin_dir / name).write_text("")
+    with pytest.raises(commands.ReproError) as err:
+        commands.run_steps(steps, opts.launch)
+    assert "dict.de.txt" in str(err.value) and "fr-en" in str(err.value) and "deepnmt-prepare-data" in str(err.value)
+    assert not started, "a command started before the dataset was checked"
+    for name in ("dict.de.txt", "train.en-de.en.idx"):
+        (bin_dir / name).write_text("")
+    cluster.check_dataset(bin_dir, "en", "de", exp.dataset)  # complete now
+
+
+# ------------------------------------------------------------------ rank 0's steps
+def _launch(rank: int) -> cluster.Launch:
+    return cluster.make_launch("torchrun", cpu=True, env={"WORLD_SIZE": "2", "RANK": str(rank), "LOCAL_RANK": str(rank),
+                                                          **NO_GPU})
+
+
+def _two_ranks(stages, monkeypatch, timeout="30"):
+    monkeypatch.setattr(job_runner, "WAIT_POLL", 0.02)
+    monkeypatch.setenv("DEEPNMT_RANK0_TIMEOUT", timeout)
+    errors = {}
+
+    def rank_main(rank):
+        try:
+            job_runner.Runner("test", echo=lambda line: None, launch=_launch(rank), in_process=False).run(stages)
+        except JobError as err:
+            errors[rank] = str(err)
+
+    t0 = time.time()
+    threads = [threading.Thread(target=rank_main, args=(r,), daemon=True) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert not any(t.is_alive() for t in threads), "a rank hung"
+    return errors, time.time() - t0
+
+
+def test_a_failed_rank0_step_ends_the_other_ranks_with_its_error(tmp_path, monkeypatch):
+    """Rank 0's averaging fails (a command that exits 3): rank 1, waiting for it, stops at once with
+    rank 0's error naming the step (before: it polled every 30 s until the walltime)."""
+    avg = Stage("train/average", ["python3", "-c", "import time, sys; time.sleep(0.3); sys.exit(3)"],
+                tmp_path / "checkpoint_avg5.pt", kind="average", rank0_only=True)
+    errors, took = _two_ranks([avg], monkeypatch)
+    assert "train/average" in errors[0] and "exit 3" in errors[0]
+    assert "rank 0 failed at stage train/average" in errors[1] and "exit 3" in errors[1]
+    assert took < 15
+    assert avg.failed_file().exists()
+
+
+def test_a_rank_waits_for_rank0_at_most_the_timeout_and_names_the_step(tmp_path, monkeypatch):
+    monkeypatch.setattr(job_runner, "WAIT_POLL", 0.02)
+    monkeypatch.setenv("DEEPNMT_RANK0_TIMEOUT", "0.3")
+    skd = Stage("skd/skd", ["deepnmt-skd"], tmp_path / "bin" / ".done", kind="skd", rank0_only=True)
+    # a failure marker of an earlier job (another job id) does not count
+    skd.failed_file().parent.mkdir(parents=True)
+    skd.failed_file().write_text('{"job": "TORCHELASTIC_RUN_ID=an-earlier-job", "stage": "skd/skd", "error": "x"}')
+    t0 = time.time()
+    with pytest.raises(JobError) as err:
+        job_runner.Runner("test", echo=lambda line: None, launch=_launch(1)).run([skd])
+    assert time.time() - t0 < 5
+    assert "rank 0's step skd/skd did not finish within 0 s ($DEEPNMT_RANK0_TIMEOUT)" in str(err.value)
+
+
+def test_rank0_timeout_reads_its_variable():
+    assert cluster.rank0_timeout({}) == cluster.DEFAULT_RANK0_TIMEOUT
+    assert cluster.rank0_timeout({"DEEPNMT_RANK0_TIMEOUT": "90"}) == 90.0
+    with pytest.raises(cluster.ClusterError, match="DEEPNMT_RANK0_TIMEOUT"):
+        cluster.rank0_timeout({"DEEPNMT_RANK0_TIMEOUT": "soon"})
+
+
+# ------------------------------------------------------------------ DDP backend from the model's options
+def test_ddp_backend_comes_from_the_models_options():
+    assert cluster.ddp_backend("dd_base_27_27_cad", []) == "legacy_ddp"  # CAD 0 < p < 1 by the name's defaults
+    assert cluster.ddp_backend("dd_base_27_27_cad", ["--cad-drop-ratio", "0"]) == "c10d"
+    assert cluster.ddp_backend("dd_base_27_27", []) == "c10d"
+    assert cluster.ddp_backend("dd_base_27_27", ["--gp-group-size", "2"]) == "legacy_ddp"
+    assert cluster.ddp_backend("dd_base_27_27", ["--ssl-rate", "0.1"]) == "legacy_ddp"
+    assert cluster.ddp_backend("dd_base_27_27", [], criterion="collapse_reducing") == "legacy_ddp"
+    assert cluster.ddp_backend("dd_base_27_27", [], cpu_processes=2) == "legacy_ddp"
+
+
+# ------------------------------------------------------------------ SKD on every GPU of the job
+def _plan(name, launch):
+    opts = commands.RunOptions(paths=commands.Paths(Path("/d"), Path("/c")), launch=launch)
+    return commands.Planner(EXPERIMENTS, EXPERIMENTS[name], opts).plan()
+
+
+def test_skd_uses_every_gpu_of_rank0s_node_and_the_student_waits_for_all_shards():
+    def skd_jobs(launch):
+        (skd,) = [s for s in _plan("gpkd-wmt14-ende-24L", launch) if s.kind == "skd"]
+        argv = skd.argv
+        return argv[argv.index("--jobs") + 1] if "--jobs" in argv else None
+
+    assert skd_jobs(cluster.Launch(world_size=8, gpus_found=8)) == "8"
+    four = cluster.make_launch("torchrun", env={"WORLD_SIZE": "8", "RANK": "0", "LOCAL_RANK": "0",
+                                                "CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+    assert skd_jobs(four) == "4"  # rank 0's node: 4 GPUs
+    assert skd_jobs(cluster.Launch(world_size=1, gpus_found=1)) is None
+    assert skd_jobs(cluster.make_launch("local", env=NO_GPU)) is None
+    # the student trains on the SKD data only once deepnmt-skd wrote its .done (after every shard)
+    steps = _plan("gpkd-wmt14-ende-24L-gpkd", cluster.Launch(world_size=8, gpus_found=8))
+    student = [s for s in steps if s.kind == "train"][-1]
+    (skd_done,) = [n for n in student.needs if n.parent.name == "bin"]
+    assert skd_done.name == ".done" and skd_done.parent.parent.name == "skd"
+    assert student.argv[1] == str(skd_done.parent)  # it trains on that corpus
+    assert all(s.rank0_only for s in steps if s.kind in ("average", "skd", "extract"))
