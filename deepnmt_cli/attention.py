@@ -46,7 +46,7 @@ def build_parser():
     p.add_argument("--beam", type=int, default=4, help="beam size (MSC: 4)")
     p.add_argument("--greedy", action="store_true", help="greedy decoding (beam 1)")
     p.add_argument("--lenpen", type=float, default=0.6, help="length penalty (MSC: 0.6)")
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--out", "--output", dest="out", required=True, help="output directory")
     p.add_argument("--prefix", default="attention", help="file name prefix (default: attention)")
     p.add_argument("--cpu", action="store_true", help="run on the CPU even if a GPU is available")
     p.add_argument("--overwrite", action="store_true", help="replace files of an earlier run in --out")

@@ -52,7 +52,7 @@ def build_parser():
                                             "(checkpoint_E_U.pt and checkpointE.pt, by update count)")
     s.add_argument("--last", type=int, default=20, help="K, number of checkpoints (the paper's K = 20)")
     s.add_argument("--subset", default="test", help="split to score (default: test)")
-    s.add_argument("--out", required=True, help="output directory")
+    s.add_argument("--out", "--output", dest="out", required=True, help="output directory")
     s.add_argument("--source-text", help="the original source lines of the split (written per part)")
     s.add_argument("--target-text", help="the original target lines (per part, and references.txt)")
     s.add_argument("--post-process", default=None,
@@ -72,7 +72,7 @@ def build_parser():
     e.add_argument("--baseline", required=True, help="the reference system (a --system NAME), e.g. the 6-layer plain net")
     e.add_argument("--refs", help="references, one per test sentence (default: SPLIT/references.txt)")
     e.add_argument("--tokenize", default="13a", help="sacreBLEU tokenizer (13a; 'none' for pre-tokenized text)")
-    e.add_argument("--out", required=True, help="output directory")
+    e.add_argument("--out", "--output", dest="out", required=True, help="output directory")
     e.add_argument("--overwrite", action="store_true", help="replace files of an earlier run in --out")
     e.set_defaults(fn="cmd_evaluate")
     return p

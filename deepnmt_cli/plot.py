@@ -30,7 +30,7 @@ def build_parser():
     sub = subparsers(p, dest="cmd", required=True)
 
     def common(sp):
-        sp.add_argument("--out", required=True, help="output directory (PNG + CSV/JSON)")
+        sp.add_argument("--out", "--output", dest="out", required=True, help="output directory (PNG + CSV/JSON)")
         sp.add_argument("--overwrite", action="store_true", help="replace files of an earlier run")
 
     g = sub.add_parser("grad-norms", help="gradient norm of each layer vs update (MSC Fig. 5)",

@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--checkpoint-root", default=os.environ.get("DEEPNMT_CHECKPOINTS"),
                     help="where the experiments' directories are (default $DEEPNMT_CHECKPOINTS, else "
                          "./work/checkpoints)")
-    pl.add_argument("--out", default="figures", help="output directory")
+    pl.add_argument("--out", "--output", dest="out", default="figures", help="output directory")
     pl.add_argument("--overwrite", action="store_true", help="replace files of an earlier run")
     for name, what in (("write-configs", "write configs/*.yaml for fairseq-hydra-train"),
                        ("check-configs", "exit 1 if configs/ differs from the registry")):

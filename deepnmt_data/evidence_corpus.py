@@ -378,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Build the en-de evidence-study (GPU preset) corpus: LibreOffice help "
                     "(all lengths) + GIMP help (paired by document structure) from the "
                     "Debian packages " + ", ".join(ALL_PACKAGES) + ".")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT,
+    ap.add_argument("--out", "--output", dest="out", type=Path, default=DEFAULT_OUT,
                     help=f"output directory (default: {DEFAULT_OUT})")
     debs.add_deb_source_args(
         ap, "directory with the downloaded .deb files (gimp-help-common "

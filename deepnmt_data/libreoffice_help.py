@@ -520,7 +520,7 @@ def build_parser() -> argparse.ArgumentParser:
                "--download")
     ap.add_argument("--src", default="en", help="source language (default: en)")
     ap.add_argument("--tgt", default="de", help="target language, e.g. de or fr (default: de)")
-    ap.add_argument("--out", required=True, type=Path, help="output directory (must not exist)")
+    ap.add_argument("--out", "--output", dest="out", required=True, type=Path, help="output directory (must not exist)")
     add_deb_source_args(
         ap, "directory with the already downloaded libreoffice-help-*.deb files")
     ap.add_argument("--max-train-words", type=int, default=30,

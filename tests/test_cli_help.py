@@ -100,3 +100,18 @@ def test_a_file_that_is_not_a_checkpoint_is_one_line(tmp_path):
         assert "Traceback" not in out.stderr, out.stderr[-1500:]
         errors = [line for line in lines if ": error: " in line]
         assert len(errors) == 1 and errors[0].startswith("deepnmt-"), out.stderr[-1500:]
+
+
+def test_the_same_thing_has_the_same_flag_across_commands():
+    """An output location is --output everywhere (--out stays as the short form where it was), a
+    work directory --work-dir, a beam --beam: a user who learned one command knows the others."""
+    spellings = {"output": {"--output", "--out", "--output-dir", "--out-dir", "--outdir"},
+                 "work": {"--work-dir", "--workdir", "--work"}, "beam": {"--beam", "--beam-size"}}
+    canonical = {"output": "--output", "work": "--work-dir", "beam": "--beam"}
+    for name in sorted(SCRIPTS):
+        for prog, p in _all_parsers(_parser_of(SCRIPTS[name]), name):
+            for action in p._actions:
+                opts = set(action.option_strings)
+                for thing, variants in spellings.items():
+                    if opts & variants:
+                        assert canonical[thing] in opts, f"{prog}: {sorted(opts)} should be spelled {canonical[thing]}"
