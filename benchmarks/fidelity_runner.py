@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import fcntl
 import fnmatch
-import importlib.util
 import json
 import math
 import os
@@ -24,19 +23,20 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from deepnmt_fairseq.distill import plan as gpkd_plan
+from deepnmt_fairseq.jobs.fairseq_argv import fairseq_train, user_dir
+from deepnmt_fairseq.jobs.stage import make_log
 from fidelity_launcher import Deadline, Launcher
 from fidelity_plan import (REPO, REPRODUCED, Preset, Run, close_systems, choose_dd_depth, converged_runs,
                            dd_compare_runs, dd_search_runs, finished, matched_updates, headline_pairs, independent_runs, model_flags, partial_path, record_path,
                            seeded, ssl_stage1, teacher_run)
 
-# --user-dir of every command: the installed package (found without importing fairseq here)
-USER_DIR = list(importlib.util.find_spec("deepnmt_fairseq").submodule_search_locations)[0]
+# --user-dir of every command: the installed package (the one lookup, deepnmt_fairseq/jobs/fairseq_argv.py)
+USER_DIR = user_dir()
 # a training that stops on these has diverged (fairseq's overflow/NaN checks, the plugin's NaN guard)
 DIVERGED = ("FloatingPointError", "NaN detected", "non-finite loss", "Minimum loss scale reached")
 
 
-def log(msg):
-    print(f"[fidelity {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+log = make_log("fidelity", stdout=True)
 
 
 def load_quickstart():
@@ -136,9 +136,7 @@ class Study:
         post = "--post-norm" in r.model
         lr = p.postnorm_lr if post and p.postnorm_lr is not None else p.lr
         warmup = p.postnorm_warmup if post and p.postnorm_warmup is not None else p.warmup
-        from deepnmt_fairseq.console import exe
-
-        cmd = [exe("fairseq-train"), str(r.data or self.data), "--user-dir", USER_DIR, *r.model, *r.crit,
+        cmd = fairseq_train(r.data or self.data, r.model, r.crit, [
                "--task", "translation", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
                "--lr", str(lr), "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(warmup),
                "--max-tokens", str(p.max_tokens), "--max-update", str(updates), "--seed", str(r.seed),
@@ -151,7 +149,7 @@ class Study:
                # run trains and the newest once curve() has evaluated it
                *([] if r.curve_every else ["--keep-last-epochs", "1"]),
                "--log-format", "json", "--log-interval", str(max(1, p.save_every // 5)),
-               "--num-workers", "0", "--skip-invalid-size-inputs-valid-test", *p.extra, *self.device()]
+               "--num-workers", "0", "--skip-invalid-size-inputs-valid-test", *p.extra, *self.device()], resolve=True)
         if r.early_stop:
             cmd += ["--validate-interval-updates", str(p.valid_every),
                     "--patience", str(r.patience if r.patience is not None else p.patience),
