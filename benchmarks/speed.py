@@ -107,7 +107,7 @@ def width_flags(p):
 
 
 def build(arch, flags, p, device):
-    from deepnmt_fairseq.cli.param_counts import build_model
+    from deepnmt_fairseq.analysis.param_counts import build_model
 
     torch.manual_seed(0)
     model = build_model(arch, p["vocab"], [str(x) for x in width_flags(p) + list(flags)])
@@ -116,7 +116,7 @@ def build(arch, flags, p, device):
 
 def rnmt(flags, p, device):
     """``rnmt_plus`` at the preset's width: H = d per direction, decoder d, dropout 0.1."""
-    from deepnmt_fairseq.cli.param_counts import build_model
+    from deepnmt_fairseq.analysis.param_counts import build_model
 
     d = p["d"]
     torch.manual_seed(0)
@@ -131,7 +131,7 @@ def fairseq_lstm(layers, p, device):
 
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
-    from deepnmt_fairseq.cli.param_counts import make_dictionary
+    from deepnmt_fairseq.analysis.param_counts import make_dictionary
 
     d = p["d"]
     parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
@@ -244,8 +244,8 @@ def activation_memory(model, p, device):
     return float("nan"), saved
 
 
-def time_decoding(models, p, device, warmup, repeat, one_by_one=False):
-    """Beam 5 with the output length pinned: (target tokens per second, seconds of the
+def time_decoding(models, p, device, warmup, repeat, one_by_one=False, beam=5):
+    """Beam ``beam`` (5) with the output length pinned: (target tokens per second, seconds of the
     encoder pass alone) for each model, medians over ``repeat`` rounds measured
     alternately.  The encoder time says how much of a decoding gap the encoder makes
     (it runs once per sentence; the decoder once per step and beam)."""
@@ -255,7 +255,7 @@ def time_decoding(models, p, device, warmup, repeat, one_by_one=False):
     src, lens, _, _ = batch(dict(p, bsz=p["dec_bsz"]), device, seed=1)
     rates = [[] for _ in models]
     enc_times = [[] for _ in models]
-    gens = [SequenceGenerator([m.eval()], m.decoder.dictionary, beam_size=5, max_len_a=0, max_len_b=L, min_len=L)
+    gens = [SequenceGenerator([m.eval()], m.decoder.dictionary, beam_size=beam, max_len_a=0, max_len_b=L, min_len=L)
             for m in models]
     chunks = [(src[i: i + 1], lens[i: i + 1]) for i in range(src.size(0))] if one_by_one else [(src, lens)]
     with torch.no_grad():

@@ -1,0 +1,104 @@
+"""The prepared device check (benchmarks/gpu_check.py, issue 67 §1) in its tiny CPU mode, so that
+the script a GPU session runs cannot rot: every section's code path runs, and the records, the
+command and the markdown table it writes are read back.  (Measured: about 70 s on 2 loaded cores.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SECTIONS = ("correctness", "throughput", "checkpointing", "desdar", "ct2", "ddp", "health")
+
+
+def _run(out: Path, *args, timeout=600):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--tiny", "--out", str(out),
+                           *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO)
+
+
+@pytest.mark.slow
+def test_tiny_mode_runs_every_section_and_writes_records_command_and_table(tmp_path):
+    res = _run(tmp_path / "out")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
+    rec = json.loads((tmp_path / "out" / "records.json").read_text())
+    assert rec["tiny"] is True and rec["device"] == "cpu"
+    assert list(rec["sections"]) == list(SECTIONS)
+    for name, s in rec["sections"].items():
+        assert s["status"] == "ok", (name, s)
+        assert s["rows"], name  # every section measured something
+        assert not s["skipped"] or name == "ct2", (name, s["skipped"])  # the budget skipped nothing
+        assert all(r["ok"] is not False for r in s["rows"]), (name, [r for r in s["rows"] if r["ok"] is False])
+
+    sys.path.insert(0, str(REPO / "tests"))
+    import test_exactness
+
+    rows = rec["sections"]["correctness"]["rows"]
+    incremental = [r for r in rows if r["measure"].startswith("incremental")]
+    assert sorted(r["item"] for r in incremental) == sorted(test_exactness.ALL)  # every variant
+    assert all(r["ours"] <= 1e-5 for r in incremental)
+    assert any(r["measure"].startswith("beam 4") for r in rows)
+    assert any(r["measure"].startswith("beam scores vs teacher-forced") for r in rows)
+
+    thr = rec["sections"]["throughput"]["rows"]
+    train = [r for r in thr if r["measure"].startswith("train tokens/s")]
+    assert train and all(r["ours"] > 0 and r["reference"] > 0 and r["flop_ratio"] > 1 for r in train)
+    assert all(r["ok"] is None for r in train)  # tiny shapes judge no speed target
+    assert any(r["measure"].startswith("beam-4 batched") for r in thr)
+    ckpt = rec["sections"]["checkpointing"]["rows"]
+    assert any("saved for backward" in r["measure"] and r["ratio"] < 1 for r in ckpt)
+    desdar = rec["sections"]["desdar"]["rows"]
+    assert any(r["measure"] == "FLOP-implied speed ratio (analytic)" and r["ours"] > 1 for r in desdar)
+    ct2 = rec["sections"]["ct2"]["rows"]
+    assert {r["item"] for r in ct2} >= {"fairseq (SequenceGenerator) fp32", "ctranslate2 float32"}
+
+    ddp = rec["sections"]["ddp"]["rows"]
+    assert any(r["item"] == "stochastic c10d" and r["ours"] == 0 and r["ok"] for r in ddp)
+    assert any(r["item"] == "plain legacy_ddp" and "update-freq" in r["measure"] and r["ok"] for r in ddp)
+
+    health = [r for r in rec["sections"]["health"]["rows"] if r["measure"].startswith("loss first")]
+    assert len(health) == 2 and all(r["finite"] and r["falling"] and r["updates"] == 6 for r in health)
+    assert all("--bf16" in r["command"].split() for r in health)  # fairseq-train --fp16 needs CUDA
+    assert [r["row"] for r in health] == ["msc-iwslt14-ende-72L-l2", "rnmt-wmt14-ende-transparent-20L"]
+
+    command = (tmp_path / "out" / "command.txt").read_text().strip()
+    assert command.endswith(f"benchmarks/gpu_check.py --tiny --out {tmp_path / 'out'}")
+    table = (tmp_path / "out" / "table.md").read_text()
+    assert table.startswith("Device check (`benchmarks/gpu_check.py --tiny`)")
+    assert f"Command: `{command}`" in table
+    assert "| section | item | measure | ours | reference | ratio | target | ok |" in table
+    for name in SECTIONS:
+        assert f"\n| {name} |" in table, name
+    assert "**NO**" not in table
+
+
+def test_budget_guard_skips_sections_cleanly_and_records_them(tmp_path):
+    res = _run(tmp_path / "out", "--budget", "0.5", timeout=300)
+    assert res.returncode == 0, res.stderr[-4000:]
+    rec = json.loads((tmp_path / "out" / "records.json").read_text())
+    assert all(s["status"] == "skipped (budget)" and not s["rows"] for s in rec["sections"].values())
+    table = (tmp_path / "out" / "table.md").read_text()
+    assert table.count("skipped (budget)") == len(SECTIONS)
+
+
+def test_a_failed_check_is_a_failing_exit_and_a_NO_in_the_table(tmp_path, monkeypatch):
+    """In-process: a section whose contract breaks (here: incremental decoding made to differ)
+    ends with exit 1 and a **NO** row; the other sections still run."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    sys.path.insert(0, str(REPO / "tests"))
+    import fairseq_helpers
+    import gpu_check
+
+    real = fairseq_helpers.incremental_decode
+    monkeypatch.setattr(fairseq_helpers, "incremental_decode", lambda *a: real(*a) + 1e-3)
+    rc = gpu_check.main(["--tiny", "--out", str(tmp_path / "out"), "--sections", "correctness", "desdar"])
+    assert rc == 1
+    rec = json.loads((tmp_path / "out" / "records.json").read_text())
+    assert any(r["ok"] is False for r in rec["sections"]["correctness"]["rows"])
+    assert rec["sections"]["desdar"]["rows"]
+    assert "**NO**" in (tmp_path / "out" / "table.md").read_text()
