@@ -1,4 +1,4 @@
-"""Attention heatmaps of one sentence (MSC, Wei et al. 2020, Fig. 4 and 6).
+r"""Attention heatmaps of one sentence (MSC, Wei et al. 2020, Fig. 4 and 6).
 
     deepnmt-attention --path checkpoint_best.pt --data data-bin \
         --sentence "Click the OK button." --moses-lang en --bpe-codes bpe.codes --out att/

@@ -1,4 +1,4 @@
-"""Difficulty-split test sets and BLEU per part (MSC, Wei et al. 2020, Sec. 4.3, Eq. 14-15, Fig. 3).
+r"""Difficulty-split test sets and BLEU per part (MSC, Wei et al. 2020, Sec. 4.3, Eq. 14-15, Fig. 3).
 
     # 1-3: score every test pair with the last K checkpoints of a shallow reference model, split in 4
     deepnmt-difficulty split DATA_BIN --checkpoint-dir shallow/checkpoints --last 20 --out split/ \
@@ -7,27 +7,12 @@
     deepnmt-difficulty evaluate --split split/ --baseline plain6 \
         --system plain6=gen_plain6.txt --system msc36=gen_msc36.txt --system msc72=hyp_msc72.txt --out fig3/
 
-Score (Eq. 14-15): s(x, y) = mean_k NLL_k + std_k NLL_k over the K checkpoints, where NLL_k =
--log P(y|x; Theta^(k)) is summed over the target tokens (EOS included), in nats, teacher-forced, no
-label smoothing; std is the population standard deviation (the paper does not say which).  The
-pairs, ordered by s (ties by id), are cut into Simple / Ordinary / Difficult / Challenging parts
-whose sizes differ by at most one.
-
-split writes to --out: scores.tsv (id, score, mean, std, part, one NLL column per
-checkpoint), split.json (ids per part, checkpoints, score ranges), the parallel text of every
-part (simple.SRC/simple.TGT... : the lines of --source-text/--target-text when given,
-else the binarized sentences as text, BPE removed with --post-process), references.txt
-(all targets, test order), bin/ (each part binarized with the data's dictionaries:
-fairseq-generate OUT/bin --gen-subset difficult ...) and scores.png (score distribution and
-part boundaries).
-
-evaluate reads hypotheses from fairseq-generate outputs (D- lines, else H-; run
-fairseq-generate on the *whole* test set with --required-batch-size-multiple 1) or from plain
-files with one hypothesis per test sentence in test order, and references from
-references.txt (or --refs).  Hypotheses and references must be in the same form (both
-detokenized, or both tokenized with BPE removed).  It writes bleu.csv/bleu.json (sacreBLEU
-of every system on every part, gains over --baseline) and difficulty_bleu.png (Fig. 3: gains
-per part, the baseline's BLEU in parentheses).
+Score (MSC Eq. 14-15): mean + standard deviation of a pair's teacher-forced NLL over the K
+checkpoints; the pairs ordered by score are cut into Simple / Ordinary / Difficult / Challenging
+parts of equal size.  split writes the scores, the parts as text and binarized (fairseq-generate
+OUT/bin --gen-subset difficult ...) and a score plot; evaluate writes sacreBLEU of every system on
+every part and the gains over --baseline (bleu.csv, bleu.json, difficulty_bleu.png).  Details:
+docs/analysis.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
 """Attention heatmaps of one sentence (MSC, Wei et al. 2020, Fig. 4 and 6).
 
-    deepnmt-attention --path checkpoint_best.pt --data data-bin \
-        --sentence "Click the OK button." --moses-lang en --bpe-codes bpe.codes --out att/
-    deepnmt-attention --path model.pt --sentence "pre@@ tokenized input" --greedy --out att/
-
 The sentence is tokenized with sacremoses (``--moses-lang``) and split with the model's
 subword-nmt BPE codes (``--bpe-codes``) when given; otherwise it is taken as already
 tokenized/BPE'd.  It is translated (beam search, ``--beam``; ``--greedy`` = beam 1), or

@@ -1,12 +1,5 @@
 """Difficulty-split test sets and BLEU per part (MSC, Wei et al. 2020, Sec. 4.3, Eq. 14-15, Fig. 3).
 
-    # 1-3: score every test pair with the last K checkpoints of a shallow reference model, split in 4
-    deepnmt-difficulty split DATA_BIN --checkpoint-dir shallow/checkpoints --last 20 --out split/ \
-        [--source-text test.en --target-text test.de] [--post-process subword_nmt]
-    # 4: BLEU of several systems on each part, gains over the reference (Fig. 3)
-    deepnmt-difficulty evaluate --split split/ --baseline plain6 \
-        --system plain6=gen_plain6.txt --system msc36=gen_msc36.txt --system msc72=hyp_msc72.txt --out fig3/
-
 Score (Eq. 14-15): s(x, y) = mean_k NLL_k + std_k NLL_k over the K checkpoints, where NLL_k =
 -log P(y|x; Theta^(k)) is summed over the target tokens (EOS included), in nats, teacher-forced, no
 label smoothing; std is the population standard deviation (the paper does not say which).  The

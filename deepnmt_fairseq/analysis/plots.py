@@ -1,13 +1,5 @@
 """The papers' diagnostic figures, one command each (PNG + the numbers as CSV/JSON).
 
-    deepnmt-plot grad-norms  RUN --out DIR             # MSC Fig. 5: gradient norm per layer vs update
-    deepnmt-plot grad-ratio  RUN [RUN ...] --out DIR   # Bapna Fig. 1-3: r_t vs update, several runs
-    deepnmt-plot mixing      RUN --out DIR [--decoder-layer J]    # Bapna Fig. 4: s_ij heatmap, s_iJ vs update
-    deepnmt-plot mixing      --checkpoint CKPT --out DIR          # s_ij of a checkpoint
-    deepnmt-plot gates       RUN --out DIR             # MSC gate means per layer vs update
-    deepnmt-plot degradation --data BIN --model plain=p36.pt --model msc=m36.pt ... --out DIR   # MSC Fig. 2
-    deepnmt-plot depth       --results DIR_OR_JSON ... [--arch NAME ...] --out DIR   # BLEU/params vs depth
-
 RUN is a training log with ``--log-format json`` lines (train.log or a capture of the console),
 a directory holding such ``*.log`` files, or a ``--tensorboard-logdir`` (read with the optional
 ``tensorboard`` package).  The diagnostics come from ``--task deep_translation`` (see
