@@ -1288,3 +1288,17 @@ def test_the_findings_give_the_figures_the_records_make():
     assert f"{admin[0]:.2f} ± {admin[1]:.2f} (3 seeds)" in text
     lo, hi = (plan.stat(systems[f"conv-prenorm-{n}"], "train_bleu")[0] for n in (6, 24))
     assert f"plain pre-norm {lo - hi:.2f}, {lo:.2f} → {hi:.2f} (three seeds at 24)" in text
+
+
+def test_the_findings_use_no_adjective_the_rule_does_not_give():
+    """Issue 69 found words beyond the records: a system called "the best" by its mean alone, a
+    one-seed curve that "reproduces", a thin call called plainly.  The adjectives now come from the
+    rule (`call`'s labels); these phrases must not come back."""
+    import fidelity_report as report
+
+    text = " ".join(report.FINDINGS.read_text().split())
+    for phrase in ("It is the best 24-layer system", "*does* reproduce in the setting closest",
+                   "**MSC-24 is better than pre-norm-24", "**MSC-6 is worse than plain pre-norm-6",
+                   "It is a narrow call", "so no choice changes when made on valid"):
+        assert phrase not in text, phrase
+    assert "the 1600-update budget and the post-norm schedule were chosen on test BLEU" in text
