@@ -1,8 +1,9 @@
 """Named architectures: one function per row of the papers' tables.
 
-Each sets defaults with ``getattr``, so command-line flags always win.  The
-parameter counts next to the papers' are printed by
-``deepnmt-param-counts`` and listed in docs/parameter-counts.md.
+Each sets defaults with ``getattr``, so command-line flags always win.  Every registered name is
+written out literally once below (``grep -rn msc_iwslt_36l`` finds its row); ``deepnmt-repro arch
+NAME`` prints its settings and the paper row it implements.  The parameter counts next to the
+papers' are printed by ``deepnmt-param-counts`` and listed in docs/parameter-counts.md.
 """
 
 from __future__ import annotations
@@ -71,8 +72,8 @@ def _norm(args, pre):
 MSC = "MSC (Wei et al. 2020)"
 
 
-def _register_msc_iwslt(layers, per_block, row, params, dropout):
-    @_arch(f"msc_iwslt_{layers}l", MSC, row, params, key=("msc_iwslt", layers))
+def _register_msc_iwslt(name, layers, per_block, row, params, dropout):
+    @_arch(name, MSC, row, params, key=("msc_iwslt", layers))
     def fn(args):
         _set(args, dropout=dropout, attention_dropout=dropout)
         _msc(args, 6, per_block)
@@ -82,16 +83,16 @@ def _register_msc_iwslt(layers, per_block, row, params, dropout):
     return fn
 
 
-_register_msc_iwslt(6, 1, "Table 2 row 2 (w/ MSC, 6 layers)", 15.6, 0.1)
-_register_msc_iwslt(36, 6, "Table 2 row 3 (36 layers, 6x6)", 43.3, 0.3)
-_register_msc_iwslt(54, 9, "Table 2 row 4 (54 layers, 6x9)", 60.0, 0.3)
-_register_msc_iwslt(72, 12, "Table 2 rows 5-6 (72 layers, 6x12; row 6 adds L2 1e-5)", 76.6, 0.3)
+_register_msc_iwslt("msc_iwslt_6l", 6, 1, "Table 2 row 2 (w/ MSC, 6 layers)", 15.6, 0.1)
+_register_msc_iwslt("msc_iwslt_36l", 36, 6, "Table 2 row 3 (36 layers, 6x6)", 43.3, 0.3)
+_register_msc_iwslt("msc_iwslt_54l", 54, 9, "Table 2 row 4 (54 layers, 6x9)", 60.0, 0.3)
+_register_msc_iwslt("msc_iwslt_72l", 72, 12, "Table 2 rows 5-6 (72 layers, 6x12; row 6 adds L2 1e-5)", 76.6, 0.3)
 
 
-def _register_plain_iwslt(layers, pre, row, params, dropout):
+def _register_plain_iwslt(name, layers, pre, row, params, dropout):
     kind = "prenorm" if pre else "postnorm"
 
-    @_arch(f"{kind}_iwslt_{layers}l", MSC, row, params, key=(f"{kind}_iwslt", layers))
+    @_arch(name, MSC, row, params, key=(f"{kind}_iwslt", layers))
     def fn(args):
         _set(args, dropout=dropout, attention_dropout=dropout)
         _depth(args, layers, 6)
@@ -102,18 +103,20 @@ def _register_plain_iwslt(layers, pre, row, params, dropout):
     return fn
 
 
-_register_plain_iwslt(6, True, "Table 2 row 1 (small, 6 layers)", 10.5, 0.1)
-for _n in (36, 54, 72):
-    _register_plain_iwslt(_n, True, f"Fig. 2 (plain pre-norm nets on MSC's backbone, {_n} layers)", None, 0.3)
-for _n in (6, 36, 72):
-    _register_plain_iwslt(_n, False, f"Fig. 2 variant (plain post-norm, {_n} layers; not the paper's backbone)",
-                          None, 0.1 if _n == 6 else 0.3)
+_register_plain_iwslt("prenorm_iwslt_6l", 6, True, "Table 2 row 1 (small, 6 layers)", 10.5, 0.1)
+_FIG2_PRE = "Fig. 2 (plain pre-norm nets on MSC's backbone, {} layers)"
+_register_plain_iwslt("prenorm_iwslt_36l", 36, True, _FIG2_PRE.format(36), None, 0.3)
+_register_plain_iwslt("prenorm_iwslt_54l", 54, True, _FIG2_PRE.format(54), None, 0.3)
+_register_plain_iwslt("prenorm_iwslt_72l", 72, True, _FIG2_PRE.format(72), None, 0.3)
+_FIG2_POST = "Fig. 2 variant (plain post-norm, {} layers; not the paper's backbone)"
+_register_plain_iwslt("postnorm_iwslt_6l", 6, False, _FIG2_POST.format(6), None, 0.1)
+_register_plain_iwslt("postnorm_iwslt_36l", 36, False, _FIG2_POST.format(36), None, 0.3)
+_register_plain_iwslt("postnorm_iwslt_72l", 72, False, _FIG2_POST.format(72), None, 0.3)
 
 
-def _register_transparent_iwslt(layers, pre):
+def _register_transparent_iwslt(name, layers, pre):
     """MSC Table 3 implements Bapna et al. "on the same vanilla Transformer backbone" (Sec. 4.2):
     pre-norm.  The post-norm variant (Bapna et al.'s own setting) is its own name."""
-    name = f"transparent_iwslt_{layers}l" if pre else f"transparent_postnorm_iwslt_{layers}l"
     row = (f"Table 3 (Bapna et al. 2018 on the pre-norm backbone, {layers} layers)" if pre else
            f"Table 3 variant (Bapna et al. 2018, post-norm as in their paper, {layers} layers)")
 
@@ -128,10 +131,10 @@ def _register_transparent_iwslt(layers, pre):
     return fn
 
 
-def _register_dlcl_iwslt(layers):
+def _register_dlcl_iwslt(name, layers):
     """MSC Table 3's Wang et al. (2019a): pre-norm DLCL on the same small backbone."""
 
-    @_arch(f"dlcl_iwslt_{layers}l", MSC, f"Table 3 (Wang et al. 2019a, DLCL, {layers} layers)", None,
+    @_arch(name, MSC, f"Table 3 (Wang et al. 2019a, DLCL, {layers} layers)", None,
            key=("dlcl_iwslt", layers))
     def fn(args):
         _set(args, deep_memory="dlcl", dropout=0.3, attention_dropout=0.3)
@@ -143,14 +146,16 @@ def _register_dlcl_iwslt(layers):
     return fn
 
 
-for _n in (36, 72):
-    _register_transparent_iwslt(_n, pre=True)
-    _register_transparent_iwslt(_n, pre=False)
-    _register_dlcl_iwslt(_n)
+_register_transparent_iwslt("transparent_iwslt_36l", 36, pre=True)
+_register_transparent_iwslt("transparent_postnorm_iwslt_36l", 36, pre=False)
+_register_dlcl_iwslt("dlcl_iwslt_36l", 36)
+_register_transparent_iwslt("transparent_iwslt_72l", 72, pre=True)
+_register_transparent_iwslt("transparent_postnorm_iwslt_72l", 72, pre=False)
+_register_dlcl_iwslt("dlcl_iwslt_72l", 72)
 
 
-def _register_msc_wide(layers, per_block):
-    @_arch(f"msc_iwslt_wide_{layers}l", MSC, f"Table 5 (MSC {layers} layers, emb 512, ffn 1024)", None,
+def _register_msc_wide(name, layers, per_block):
+    @_arch(name, MSC, f"Table 5 (MSC {layers} layers, emb 512, ffn 1024)", None,
            key=("msc_iwslt_wide", layers))
     def fn(args):
         _set(args, encoder_embed_dim=512, encoder_ffn_embed_dim=1024, decoder_embed_dim=512,
@@ -162,8 +167,8 @@ def _register_msc_wide(layers, per_block):
     return fn
 
 
-_register_msc_wide(18, 3)
-_register_msc_wide(36, 6)
+_register_msc_wide("msc_iwslt_wide_18l", 18, 3)
+_register_msc_wide("msc_iwslt_wide_36l", 36, 6)
 
 
 # --------------------------------------------------------------------------
@@ -192,10 +197,10 @@ def msc_cnndm_36l(args):
 
 # --------------------------------------------------------------------------
 # MSC, WMT14 En-De (Wei et al. 2020, Table 4)
-def _register_msc_wmt(size, layers, per_block, row, params):
+def _register_msc_wmt(name, size, layers, per_block, row, params):
     width = _wmt_base if size == "base" else _wmt_big
 
-    @_arch(f"msc_wmt_{size}_{layers}l", MSC, row, params, key=("msc_wmt", size, layers))
+    @_arch(name, MSC, row, params, key=("msc_wmt", size, layers))
     def fn(args):
         _msc(args, 6, per_block)
         width(args)
@@ -204,12 +209,12 @@ def _register_msc_wmt(size, layers, per_block, row, params):
     return fn
 
 
-_register_msc_wmt("base", 6, 1, "Table 4 (MSC, 6 layers, base)", 73)
-_register_msc_wmt("base", 18, 3, "Table 4 (18-layer encoder, 6x3)", None)
-_register_msc_wmt("base", 36, 6, "Table 4 (MSC, 36 layers, base)", 215)
-_register_msc_wmt("base", 48, 8, "Table 4 (MSC, 48 layers, base)", 272)
-_register_msc_wmt("big", 6, 1, "Table 4 (MSC, 6 layers, big)", 286)
-_register_msc_wmt("big", 18, 3, "Table 4 (MSC, 18 layers, big)", 512)
+_register_msc_wmt("msc_wmt_base_6l", "base", 6, 1, "Table 4 (MSC, 6 layers, base)", 73)
+_register_msc_wmt("msc_wmt_base_18l", "base", 18, 3, "Table 4 (18-layer encoder, 6x3)", None)
+_register_msc_wmt("msc_wmt_base_36l", "base", 36, 6, "Table 4 (MSC, 36 layers, base)", 215)
+_register_msc_wmt("msc_wmt_base_48l", "base", 48, 8, "Table 4 (MSC, 48 layers, base)", 272)
+_register_msc_wmt("msc_wmt_big_6l", "big", 6, 1, "Table 4 (MSC, 6 layers, big)", 286)
+_register_msc_wmt("msc_wmt_big_18l", "big", 18, 3, "Table 4 (MSC, 18 layers, big)", 512)
 
 
 @_arch("prenorm_wmt_base_6l", MSC, "Table 4 (TRANSFORMER base)", 63)
@@ -255,7 +260,7 @@ def _chen2018(args, big=False):
     (_wmt_big if big else _wmt_base)(args)
 
 
-def _register_bapna(layers, pre=False):
+def _register_bapna(transparent_name, plain_name, layers, pre=False):
     """Bapna et al. Table 1's transparent model and its plain baseline at one encoder depth.
 
     The paper does not state the norm placement: "We use the latest version of the Transformer base
@@ -270,7 +275,7 @@ def _register_bapna(layers, pre=False):
     tr_family = "transparent_prenorm_wmt_base" if pre else "transparent_wmt_base"
     plain_family = "prenorm_chen_wmt_base" if pre else "postnorm_wmt_base"
 
-    @_arch(f"{tr_family}_{layers}l", BAPNA, f"{kind} (Transparent, {layers} encoder layers{reading})", params,
+    @_arch(transparent_name, BAPNA, f"{kind} (Transparent, {layers} encoder layers{reading})", params,
            key=(tr_family, layers))
     def fn(args):
         _set(args, deep_memory="transparent")
@@ -279,7 +284,7 @@ def _register_bapna(layers, pre=False):
         _chen2018(args)
         deep_base_architecture(args)
 
-    @_arch(f"{plain_family}_{layers}l", BAPNA, f"{kind} (Baseline, {layers} encoder layers{reading})", params,
+    @_arch(plain_name, BAPNA, f"{kind} (Baseline, {layers} encoder layers{reading})", params,
            key=(plain_family, layers))
     def plain(args):
         _depth(args, layers, 6)
@@ -290,9 +295,14 @@ def _register_bapna(layers, pre=False):
     return fn, plain
 
 
-for _n in (6, 12, 16, 20):
-    _register_bapna(_n)
-    _register_bapna(_n, pre=True)
+_register_bapna("transparent_wmt_base_6l", "postnorm_wmt_base_6l", 6)
+_register_bapna("transparent_prenorm_wmt_base_6l", "prenorm_chen_wmt_base_6l", 6, pre=True)
+_register_bapna("transparent_wmt_base_12l", "postnorm_wmt_base_12l", 12)
+_register_bapna("transparent_prenorm_wmt_base_12l", "prenorm_chen_wmt_base_12l", 12, pre=True)
+_register_bapna("transparent_wmt_base_16l", "postnorm_wmt_base_16l", 16)
+_register_bapna("transparent_prenorm_wmt_base_16l", "prenorm_chen_wmt_base_16l", 16, pre=True)
+_register_bapna("transparent_wmt_base_20l", "postnorm_wmt_base_20l", 20)
+_register_bapna("transparent_prenorm_wmt_base_20l", "prenorm_chen_wmt_base_20l", 20, pre=True)
 
 
 @_arch("postnorm_wmt_big_6l", BAPNA, "Table 1 (Baseline big, 6 layers)", 375)
@@ -323,9 +333,8 @@ def cad_defaults(decoder_layers: int):
     return max(1, round(decoder_layers * 21 / 27)), 0.5
 
 
-def _register_dd(size, enc, dec, row, params, cad=False):
+def _register_dd(name, size, enc, dec, row, params, cad=False):
     width = _wmt_base if size == "base" else _wmt_big
-    name = f"dd_{size}_{enc}_{dec}" + ("_cad" if cad else "")
 
     @_arch(name, DD, row, params, key=("dd", size, enc, dec, cad))
     def fn(args):
@@ -339,16 +348,16 @@ def _register_dd(size, enc, dec, row, params, cad=False):
     return fn
 
 
-_register_dd("base", 24, 6, "Table 1/2 (DeepE 24-6, base)", 118)
-_register_dd("base", 48, 6, "Table 1 (DeepE 48-6, base)", 194)
-_register_dd("base", 15, 15, "Table 1 (DEEP 15-15, base; DEEP-30L of Table 3)", 123)
-_register_dd("base", 15, 15, "Table 1/2/3 (DEEP+CAD+CRT 15-15, base)", 123, cad=True)
-_register_dd("base", 27, 27, "Table 1 (DEEP 27-27, base; DEEP-54L of Fig. 2)", 199)
-_register_dd("base", 27, 27, "Table 1 (DEEP+CAD+CRT 27-27, base)", 199, cad=True)
-_register_dd("base", 6, 24, "Table 2 (6-24, CAD+CRT)", None, cad=True)
-_register_dd("big", 24, 6, "Table 1 (DeepE 24-6, big)", 437)
-_register_dd("big", 15, 15, "Table 1 (DEEP 15-15, big)", 448)
-_register_dd("big", 15, 15, "Table 1 (DEEP+CAD+CRT 15-15, big)", 448, cad=True)
+_register_dd("dd_base_24_6", "base", 24, 6, "Table 1/2 (DeepE 24-6, base)", 118)
+_register_dd("dd_base_48_6", "base", 48, 6, "Table 1 (DeepE 48-6, base)", 194)
+_register_dd("dd_base_15_15", "base", 15, 15, "Table 1 (DEEP 15-15, base; DEEP-30L of Table 3)", 123)
+_register_dd("dd_base_15_15_cad", "base", 15, 15, "Table 1/2/3 (DEEP+CAD+CRT 15-15, base)", 123, cad=True)
+_register_dd("dd_base_27_27", "base", 27, 27, "Table 1 (DEEP 27-27, base; DEEP-54L of Fig. 2)", 199)
+_register_dd("dd_base_27_27_cad", "base", 27, 27, "Table 1 (DEEP+CAD+CRT 27-27, base)", 199, cad=True)
+_register_dd("dd_base_6_24_cad", "base", 6, 24, "Table 2 (6-24, CAD+CRT)", None, cad=True)
+_register_dd("dd_big_24_6", "big", 24, 6, "Table 1 (DeepE 24-6, big)", 437)
+_register_dd("dd_big_15_15", "big", 15, 15, "Table 1 (DEEP 15-15, big)", 448)
+_register_dd("dd_big_15_15_cad", "big", 15, 15, "Table 1 (DEEP+CAD+CRT 15-15, big)", 448, cad=True)
 
 
 # --------------------------------------------------------------------------
@@ -408,16 +417,22 @@ def _register_residual_scaling(option: str, paper: str, name: str, key: tuple, e
     return fn
 
 
-def _register_residual_scaling_rows():
-    for n in (6, 18, 50, 100):
-        _register_residual_scaling("deepnorm", DEEPNET, f"deepnorm_wmt_base_{n}l", ("deepnorm_wmt_base", n), n, n,
-                                   f"Table 1 (DeepNet {n}L-{n}L, WMT-17 En-De)")
-    for enc, dec in ((6, 6), (60, 12)):
-        _register_residual_scaling("admin", ADMIN, f"admin_wmt_base_{enc}_{dec}", ("admin_wmt_base", enc, dec), enc,
-                                   dec, f"Table 1 (Admin {enc}L-{dec}L, WMT14 En-De / En-Fr)")
+def _register_deepnorm(name, n):
+    _register_residual_scaling("deepnorm", DEEPNET, name, ("deepnorm_wmt_base", n), n, n,
+                               f"Table 1 (DeepNet {n}L-{n}L, WMT-17 En-De)")
 
 
-_register_residual_scaling_rows()
+def _register_admin(name, enc, dec):
+    _register_residual_scaling("admin", ADMIN, name, ("admin_wmt_base", enc, dec), enc, dec,
+                               f"Table 1 (Admin {enc}L-{dec}L, WMT14 En-De / En-Fr)")
+
+
+_register_deepnorm("deepnorm_wmt_base_6l", 6)
+_register_deepnorm("deepnorm_wmt_base_18l", 18)
+_register_deepnorm("deepnorm_wmt_base_50l", 50)
+_register_deepnorm("deepnorm_wmt_base_100l", 100)
+_register_admin("admin_wmt_base_6_6", 6, 6)
+_register_admin("admin_wmt_base_60_12", 60, 12)
 
 
 # --------------------------------------------------------------------------

@@ -429,9 +429,7 @@ RNMT_ROWS = {}
 RNMT_ARCHS = {}
 
 
-def _register_rnmt(variant: str, width: int, layers: int):
-    suffix = {"baseline": "", "transparent": "_transparent", "nores": "_noresidual"}[variant]
-    name = f"rnmt_plus_{width}{suffix}_{layers}l"
+def _register_rnmt(name: str, variant: str, width: int, layers: int):
     label = {"baseline": "Baseline", "transparent": "Transparent", "nores": "Baseline - residuals"}[variant]
     RNMT_ROWS[name] = (f"Tables 3-4 (RNMT+ {width}, {label}, {layers} encoder layers)",
                        BAPNA_RNMT_PARAMS[(width, layers)])
@@ -451,7 +449,17 @@ def _register_rnmt(variant: str, width: int, layers: int):
     return fn
 
 
-for _n in (6, 12, 16, 20):
-    for _v in ("baseline", "transparent", "nores"):
-        _register_rnmt(_v, 512, _n)
-_register_rnmt("baseline", 1024, 6)
+# every name written out once (grep finds it; deepnmt-repro arch NAME describes it)
+_register_rnmt("rnmt_plus_512_6l", "baseline", 512, 6)
+_register_rnmt("rnmt_plus_512_transparent_6l", "transparent", 512, 6)
+_register_rnmt("rnmt_plus_512_noresidual_6l", "nores", 512, 6)
+_register_rnmt("rnmt_plus_512_12l", "baseline", 512, 12)
+_register_rnmt("rnmt_plus_512_transparent_12l", "transparent", 512, 12)
+_register_rnmt("rnmt_plus_512_noresidual_12l", "nores", 512, 12)
+_register_rnmt("rnmt_plus_512_16l", "baseline", 512, 16)
+_register_rnmt("rnmt_plus_512_transparent_16l", "transparent", 512, 16)
+_register_rnmt("rnmt_plus_512_noresidual_16l", "nores", 512, 16)
+_register_rnmt("rnmt_plus_512_20l", "baseline", 512, 20)
+_register_rnmt("rnmt_plus_512_transparent_20l", "transparent", 512, 20)
+_register_rnmt("rnmt_plus_512_noresidual_20l", "nores", 512, 20)
+_register_rnmt("rnmt_plus_1024_6l", "baseline", 1024, 6)
