@@ -51,12 +51,14 @@ Comparisons (each paper's central claim; docs/fidelity.md has the results):
    are the short-budget setting.
 
 Every headline system is trained with each seed of ``--seeds`` (at least 2); the report gives the
-mean and the spread (max - min).  One rule makes every call (``fidelity_report.verdict``): the means
-differ by more than both systems' spreads and, for test BLEU, the paired bootstrap over the test
-sentences (``fidelity_stats.py``, from the sentence statistics every evaluation now keeps) gives
-p < 0.05; records made before the statistics were kept are called on the spreads alone, and say so.
-Nothing is chosen on the test set: the deep-decoder depth is chosen on valid NLL and the (valid)
-UNK-source gap, the transparent variant of the deepest converged comparison on valid NLL.
+mean and the spread (max - min).  One rule makes every call (``fidelity_report.call``): the means
+differ by more than both systems' spreads, and, for test BLEU, both the paired bootstrap over the test
+sentences and the seed-level bootstrap (seeds, then sentences; ``fidelity_stats.py``) give p < 0.05;
+records made before the sentence statistics were kept are called on the spreads and the seeds' scores,
+and say so.  A call within 0.5 BLEU of the larger spread is "narrow"; the report marks calls whose two
+sides ran on different CPU types and runs still improving at their stop.  The deep-decoder depth and
+the transparent variant are chosen on valid NLL; the 1600-update budget and post-norm's schedule were
+chosen on test BLEU (docs/fidelity.md says so).
 A headline comparison (:func:`fidelity_plan.headline_pairs`) whose 2-seed test-BLEU means differ by less than
 ``Preset.close_bleu`` (1 BLEU) then gets a third seed of both systems (issue 16: "3 where the
 difference is under 1 BLEU").

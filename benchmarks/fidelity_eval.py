@@ -95,9 +95,9 @@ def main(argv=None) -> int:
                     help="skip the train-sample BLEU (the points of a BLEU-vs-updates curve)")
     a = ap.parse_args(argv)
     if a.average_dir and not Path(a.checkpoint).exists():
-        from deepnmt_fairseq import checkpoint_averaging as average_checkpoints
+        from deepnmt_fairseq.checkpoint_averaging import average, newest_checkpoints, save_atomic
 
-        average_checkpoints.main(["--inputs", a.average_dir, "--num-checkpoints", "3", "--output", a.checkpoint])
+        save_atomic(average(newest_checkpoints(a.average_dir, 3)), a.checkpoint)
 
     import sacrebleu
     import torch
