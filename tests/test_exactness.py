@@ -103,6 +103,9 @@ def _matrix_combos():
 
 
 ALL = _matrix_combos()
+# HIERTRANS on the dummy dictionary of build_model: w1 / w2 / w3 end sentences (random sources get several)
+ALL["hiertrans-sentences"] = ("hiertrans", ["--encoder-layers", "2", "--document-layers", "2", "--decoder-layers",
+                                            "2", "--sentence-end-symbols", "w1 w2 w3"])
 
 
 def _model(name, seed=0):
@@ -148,7 +151,7 @@ BATCH_INVARIANCE = ["dlcl", "dlcl-gp-ssl-rpr-layerdrop", "rpr", "rpr-transparent
                     "cad-full-rpr", "matrix:transparent-postnorm-cad-ddr", "ssl-sublayer", "gp",
                     "matrix:msc-gate-everything", "postnorm", "msc-add-no-enc-ctx-cad", "desdar-like",
                     "matrix:prenorm-rpr-layerdrop", "deepnorm", "admin-msc-cad", "deepnorm-rpr-values-ssl-gp",
-                    "matrix:cad-literal-ddr", "cad-literal-full-depth"]
+                    "matrix:cad-literal-ddr", "cad-literal-full-depth", "matrix:hiertrans", "hiertrans-sentences"]
 
 
 @pytest.mark.parametrize("name", BATCH_INVARIANCE)

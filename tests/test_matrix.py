@@ -102,6 +102,10 @@ COMBOS = {
                                                           "--encoder-layers", "3", "--decoder-layers", "3",
                                                           "--cad-drop-depth", "2", "--cad-drop-ratio", "0.5"],
                                   [*CRT, "--ddr-alpha", "1.0", "--ald-alpha", "0.5"]),
+    # HIERTRANS (MSC Table 6's hierarchical baseline, --arch hiertrans): sentence- and document-level
+    # encoders, fairseq's standard decoder reading both levels; 'the' and 'a' end sentences here
+    "hiertrans": ("hiertrans", ["--encoder-layers", "2", "--document-layers", "2", "--decoder-layers", "2",
+                                "--sentence-end-symbols", "the a"], []),
     # named architectures with tiny dimensions (flags win over the names' defaults)
     "named-msc_iwslt_6l": ("msc_iwslt_6l", ["--encoder-layers", "2", "--decoder-layers", "2"], []),
     # --cad-drop-depth given: the name derives it from its own 24 layers (test_named_cad_architecture...)

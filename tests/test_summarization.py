@@ -153,6 +153,42 @@ def test_prepare_train_generate_with_trigram_blocking_rouge(tmp_path):
         assert len(tri) == len(set(tri)), h
 
 
+@pytest.mark.slow
+def test_hiertrans_trains_and_decodes_on_the_fixture_like_msc(tmp_path):
+    """MSC Table 6's HIERTRANS row (msc-cnndm-hiertrans-36L) through deepnmt-repro: the fixture's articles
+    have several sentences (See et al.'s processing ends each line with a period), the hierarchical
+    encoder splits them, trains, and the evaluation decodes with trigram blocking and scores ROUGE."""
+    ds = _prepare(tmp_path)
+    from fairseq.data import Dictionary
+
+    from deepnmt_fairseq.models.hiertrans import segment
+
+    d = Dictionary.load(str(next((ds / "bin").glob("dict.*.txt"))))
+    ends = torch.tensor(sorted({d.index(x) for x in ". ! ?".split()} - {d.unk()} | {d.eos()}))
+    doc = torch.tensor([d.encode_line(x, add_if_not_exist=False).tolist()
+                        for x in (ds / "bpe" / "train.article").read_text().splitlines()[:1]])
+    assert int(segment(doc, d.pad(), ends)[1].sum()) >= 2  # more than one sentence in a fixture article
+
+    save = tmp_path / "exp"
+    tiny = ["--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+            "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+            "--encoder-layers", "1", "--document-layers", "1", "--decoder-layers", "1",
+            "--max-epoch", "3", "--max-tokens", "2000", "--lr", "0.003", "--warmup-updates", "5",
+            "--num-workers", "0", "--no-progress-bar"]
+    train = run_cli("deepnmt-repro", "train", "msc-cnndm-hiertrans-36L", "--data-root", tmp_path / "data",
+                    "--save-dir", save, "--cpu", "--", *tiny)
+    assert "HierTransEncoder" in train.stdout + train.stderr  # fairseq prints the model
+    assert (save / "checkpoint_last.pt").exists()
+    run_cli("deepnmt-repro", "evaluate", "msc-cnndm-hiertrans-36L", "--data-root", tmp_path / "data",
+            "--save-dir", save, "--checkpoint-dir", save, "--cpu", "--max-len-b", "20,60")
+    res = json.loads((save / "results.json").read_text())
+    assert res["generation"]["no_repeat_ngram_size"] == 3 and res["generation"]["beam"] == 5
+    for k in ("rouge1", "rouge2", "rougeL"):
+        assert 0.0 <= res[k] <= 100.0
+    hyps = [line for line in Path(res["generate_output"]).read_text().splitlines() if line.startswith("H-")]
+    assert len(hyps) == 8
+
+
 def test_a_story_missing_from_the_archives_stops_with_a_clear_error(tmp_path):
     arch = make_cnndm_archives(tmp_path / "archives", sizes=(("train", 4), ("valid", 2), ("test", 2)))
     with open(arch / "all_test.txt", "a") as f:

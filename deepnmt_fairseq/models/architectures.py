@@ -442,3 +442,9 @@ from .rnmt import RNMT_ARCHS, RNMT_ROWS  # noqa: E402
 
 PAPER_ROWS.update({name: (BAPNA, row, params) for name, (row, params) in RNMT_ROWS.items()})
 ARCHS.update({("rnmt_plus", *key): name for key, name in RNMT_ARCHS.items()})
+
+# HIERTRANS (MSC Appendix A, Table 6's hierarchical baseline): registered on --arch hiertrans in hiertrans.py
+from .hiertrans import HIERTRANS_ROWS  # noqa: E402
+
+PAPER_ROWS.update({name: (MSC, row, params) for name, (row, params) in HIERTRANS_ROWS.items()})
+ARCHS[("cnndm", "hiertrans", 36)] = "hiertrans_cnndm_36l"

@@ -223,6 +223,38 @@ class DeepTransformerOptions(FairseqDataclass):
         return opts
 
 
+@dataclass
+class HierTransOptions(FairseqDataclass):
+    """Options of ``--arch hiertrans`` (MSC Appendix A's HIERTRANS baseline, models/hiertrans.py)
+    beyond fairseq's Transformer flags; ``--encoder-layers`` is the sentence-level encoder's depth."""
+
+    document_layers: int = field(
+        default=6,
+        metadata={
+            "help": "HIERTRANS: layers of the document-level encoder over the sentence vectors (MSC Appendix A: "
+            "'both encoders are the same ... L = 18'); --encoder-layers is the sentence-level encoder's"
+        },
+    )
+    sentence_end_symbols: str = field(
+        default=". ! ?",
+        metadata={
+            "help": "HIERTRANS: space-separated dictionary symbols that end a sentence of the source document "
+            "(the document's last token always does); our reading, the paper does not say how sentences are "
+            "found"
+        },
+    )
+
+    @classmethod
+    def from_args(cls, args):
+        """Read the options from an argparse namespace or a TransformerConfig."""
+        opts = cls()
+        for f in fields(cls):
+            value = getattr(args, f.name, None)
+            if value is not None:
+                setattr(opts, f.name, value)
+        return opts
+
+
 #: options that change another option's default: DeepNorm and Admin are post-norm methods
 IMPLIED_DEFAULTS = {"deepnorm": {"post_norm": True}, "admin": {"post_norm": True}}
 

@@ -263,9 +263,6 @@ deepnmt-repro table                                            # paper vs ours, 
 * Rows of other papers' systems (Vaswani, Ott, Wu, Zhang, Dou, He, Li 2020, DLCL, AAN, …) are cited only; where
   this plugin implements the method the row points at our run (e.g. Wei et al. → the MSC runs; MSC Table 4's
   Wang et al. (2019a) → DLCL 30-6 trained with their released run script).
-* MSC Table 6's HIERTRANS, the paper's own hierarchical baseline, is described in one sentence (sentence- and
-  document-level encoders, a standard decoder) without how sentences are pooled or what the decoder attends
-  to: a cited row without a command.
 * Approximations: MSC Table 3's "Wang et al. (2019a)" rows are pre-norm DLCL on MSC's own recipe (its caption:
   "the same Transformer backbone as well as model settings"), not Wang et al.'s WMT script; the
   deep-decoder paper's "+R-Drop" is DDR with R-Drop's α = 5 sharing one encoder pass between the two
@@ -312,6 +309,7 @@ Deep decoder (CAD/CRT):
 | p_ALD, τ | "0 < p_ALD < 0.5"; Fig. 3: "τ = 0.05 is slightly lower than that with τ = 0.1" | p_ALD 0.3, τ 0.1 |
 | CAD drop depth / ratio | Fig. 2: peak "at the 21st layer" of 27; "with a greater drop depth, a smaller p_net ... will achieve better results" | depth round(21/27 · L_dec), ratio 0.5 (`cad_defaults`) |
 | CAD at p_net = 1.0 | "with probability p_net^l, only self-attention is used ... During the inference stage, both attentions are used" | layers 1..L_dr are built without cross-attention, so they have none at inference either: at p_net = 1 it would never be trained (our reading; `modules/cross_attention_drop.py`) |
+| HIERTRANS (MSC Table 6) | "both a sentence-level and a document-level transformer encoders, as well as a standard transformer decoder ... (each of them have L = 18, emb=512, ffn=1024, head=8)", no citation | `--arch hiertrans_cnndm_36l`: sentences end at `. ! ?` and EOS; the sentence-level encoder attends within each sentence, positions counted per sentence; a sentence's vector is its end token's state (as HIBERT, cited in Table 6); the document-level encoder runs over sentence vectors plus sentence positions; the 6-layer decoder (TRANSFORMER's and MSC's) attends to token and sentence states concatenated (our readings; `models/hiertrans.py`) |
 | CAD above the drop depth | "we adopted a same fixed p_net for layers 1 ≤ l ≤ L_dr ..., while set p_net^l = 1.0 for layers l > L_dr"; Sec. 4.3: too large a drop depth leaves "insufficient cross-attention" | p^l = 0 above L_dr (our reading, `--cad-reading consistent`, the default), the only one that agrees with Sec. 4.3; the letter (p^l = 1.0 above L_dr, every cross-attention used at inference) is `--cad-reading literal`, run by the `dd-fig2-literal` variant (no p_net = 1.0 line: under the letter no cross-attention would ever be trained) |
 | Fig. 1 | "training perplexity ... and BLEU score ... with different decoder depths after 200K training steps" | 6-layer pre-norm encoder, decoder depths 6..27 step 3, without and with CAD + CRT; training PPL = the last logged one |
 | Fig. 2 / 3 / 4 grids | only the peak (21), ratio 1.0 and τ 0.05 / 0.1 are named | depths 3..27 step 3 × ratios 0.25-1.0; p_ALD 0.1-0.4 at τ 0.1 and τ 0.05-0.5 at p_ALD 0.3; encoder / decoder depths 1..24 with the other at 15 |
