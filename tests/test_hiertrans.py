@@ -146,3 +146,12 @@ def test_code_adapted_from_fairseq_matches_the_installed_original():
         for part in qualname.split("."):
             obj = getattr(obj, part)
         assert hashlib.sha256(inspect.getsource(obj).encode()).hexdigest() == digest, (ours, version)
+
+
+def test_export_to_ctranslate2_refuses_it_by_name():
+    """HierTransModel is a fairseq TransformerModel: without the refusal the exporter would write a plain
+    Transformer (no sentence mask, no document encoder) and change the model silently."""
+    from deepnmt_fairseq.deploy.export import refusals
+
+    (why,) = refusals(_model())
+    assert "HIERTRANS" in why and "--arch hiertrans" in why

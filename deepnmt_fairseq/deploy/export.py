@@ -145,6 +145,10 @@ def refusals(model, cfg_model=None) -> List[str]:
             or "lstm" in name.lower() or "rnmt" in name.lower() else ""
         return [f"model {name}: only Transformer encoder-decoders (fairseq 'transformer', this plugin's "
                 f"'deepnmt_transformer') map onto CTranslate2's TransformerSpec{extra}"]
+    if hasattr(model.encoder, "document_layers"):  # models/hiertrans.py (a TransformerModel subclass)
+        return ["HIERTRANS (--arch hiertrans): a sentence-level encoder whose attention stays within each "
+                "sentence, a document-level encoder over sentence vectors, and a decoder reading both (MSC "
+                "Appendix A); CTranslate2's TransformerSpec has one plain encoder stack"]
     opts = _opts(model)
     enc, dec = model.encoder, model.decoder
     memory = getattr(opts, "deep_memory", "top")
