@@ -322,3 +322,12 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
     assert "iwslt14-de-en.tgz: download http" in out and "bin  [to do] fairseq-preprocess" in out, out
     run(str(vpy), "-c", "import sys, deepnmt_data.prepare.cli as c; assert c.__file__.startswith(sys.prefix), "
                         "c.__file__; assert 'torch' not in sys.modules and 'fairseq' not in sys.modules")
+
+
+def test_show_prints_each_recipes_own_optimizer(capsys):
+    """deepnmt-repro show names the optimizer the row trains with (RAdam for the Admin rows, Adam
+    elsewhere), not one fixed name."""
+    assert cli.main(["show", "admin-wmt14-enfr-6L-6L"]) == 0
+    assert "), radam (0.9, 0.98)" in capsys.readouterr().out
+    assert cli.main(["show", "msc-iwslt14-ende-72L-l2"]) == 0
+    assert "), adam (0.9, 0.98)" in capsys.readouterr().out

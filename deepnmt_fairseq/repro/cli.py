@@ -106,7 +106,7 @@ def cmd_show(a: argparse.Namespace) -> int:
                 print(f"    model: {resolved_model(registry, exp, s)}")
             except ImportError:  # fairseq not installed: the registry alone
                 pass
-            print(f"    lr {r.lr:g} ({r.lr_scheduler}, warmup {r.warmup_updates}), adam {r.adam_betas} eps {r.adam_eps:g}, "
+            print(f"    lr {r.lr:g} ({r.lr_scheduler}, warmup {r.warmup_updates}), {r.optimizer} {r.adam_betas} eps {r.adam_eps:g}, "
                   f"label smoothing {r.label_smoothing:g}, {r.tokens_per_update} tokens/update, "
                   f"{f'{r.max_update} updates' if r.max_update else 'no update limit (--max-epoch)'}, "
                   f"save {r.save} keep {r.keep}")
