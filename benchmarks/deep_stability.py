@@ -37,6 +37,8 @@ from pathlib import Path
 
 from deepnmt_fairseq.analysis.logs import parse_json_lines, series
 from deepnmt_fairseq.console import exe
+from deepnmt_fairseq.jobs.fairseq_argv import fairseq_train
+from deepnmt_fairseq.jobs.stage import make_log
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "data" / "libreoffice-help" / "en-de"
@@ -52,8 +54,7 @@ SYSTEMS = {
 LABELS = {"postnorm": "post-norm", "deepnorm": "DeepNorm", "admin": "Admin", "prenorm": "pre-norm (reference)"}
 
 
-def log(msg: str) -> None:
-    print(f"[deep-stability {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+log = make_log("deep-stability", stdout=True)
 
 
 def prepare(work: Path) -> Path:
@@ -77,8 +78,8 @@ def prepare(work: Path) -> Path:
 
 
 def train_command(data: Path, save: Path, system: str, a) -> list:
-    return [
-        exe("fairseq-train"), str(data), "--user-dir", str(REPO / "deepnmt_fairseq"), "--task", "translation",
+    return fairseq_train(data, [
+        "--task", "translation",
         "--arch", "deepnmt_transformer", *SYSTEMS[system],
         "--encoder-layers", str(a.encoder_layers), "--decoder-layers", str(a.decoder_layers),
         "--encoder-embed-dim", str(a.dim), "--decoder-embed-dim", str(a.dim),
@@ -90,7 +91,7 @@ def train_command(data: Path, save: Path, system: str, a) -> list:
         "--max-update", str(a.updates), "--save-dir", str(save), "--save-interval-updates", "100",
         "--keep-interval-updates", "1", "--no-epoch-checkpoints", "--disable-validation", "--seed", str(a.seed),
         "--log-format", "json", "--log-interval", "10", "--no-progress-bar", "--cpu", "--num-workers", "0",
-    ]
+    ], resolve=True)
 
 
 def run(data: Path, work: Path, system: str, a) -> dict:

@@ -48,33 +48,31 @@ For WMT, pass the reproduction scripts' settings through --teacher-args and
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+from deepnmt_fairseq.jobs.fairseq_argv import fairseq_generate
+from deepnmt_fairseq.jobs.stage import make_log
+
 REPO = Path(__file__).resolve().parents[1]
-# --user-dir of every command: the installed package (found without importing fairseq here)
-USER_DIR = list(importlib.util.find_spec("deepnmt_fairseq").submodule_search_locations)[0]
 
 TINY_MODEL = ["--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
               "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"]
 
 
-def log(msg):
-    print(f"[gpkd {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+log = make_log("gpkd", stdout=True)
 
 
 def bleu(data, ckpt: Path, out: Path, gen_args, cpu):
     if not out.exists():
         with open(out.with_suffix(".partial"), "w") as f:
-            from deepnmt_fairseq.console import child_env, exe
+            from deepnmt_fairseq.console import child_env
 
-            cmd = [exe("fairseq-generate"), str(data), "--user-dir", USER_DIR, "--path", str(ckpt), "--gen-subset",
-                   "test", "--required-batch-size-multiple", "1", "--remove-bpe", *gen_args, *(["--cpu"] if cpu else [])]
+            cmd = fairseq_generate(data, ["--path", ckpt, "--gen-subset", "test", "--required-batch-size-multiple",
+                                          "1", "--remove-bpe", *gen_args, *(["--cpu"] if cpu else [])], resolve=True)
             log("$ " + " ".join(shlex.quote(c) for c in cmd))
             subprocess.run(cmd, check=True, env=child_env(), stdout=f)
         out.with_suffix(".partial").replace(out)

@@ -183,3 +183,27 @@ def test_skd_uses_every_gpu_of_rank0s_node_and_the_student_waits_for_all_shards(
     assert skd_done.name == ".done" and skd_done.parent.parent.name == "skd"
     assert student.argv[1] == str(skd_done.parent)  # it trains on that corpus
     assert all(s.rank0_only for s in steps if s.kind in ("average", "skd", "extract"))
+
+
+# ------------------------------------------------------------------ through the console script
+def test_deepnmt_repro_train_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    """The loud failures reach the user as ``deepnmt-repro: error: ...`` (exit 1), before any command."""
+    from deepnmt_cli.repro import main
+
+    started = []
+    monkeypatch.setattr(job_runner.Runner, "tee", lambda self, argv, log: started.append(argv) or 0)
+    for key in ("DEEPNMT_DATA", "DEEPNMT_CHECKPOINTS", "SLURM_NTASKS", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    roots = ["--data-root", str(tmp_path / "data"), "--checkpoint-root", str(tmp_path / "ck")]
+    assert main(["train", "msc-iwslt14-ende-6L", "--launcher", "torchrun", *roots]) == 1
+    err = capsys.readouterr().err
+    assert "deepnmt-repro: error: started under torchrun (rank 0 of 2) but no GPU was detected" in err
+    assert "Traceback" not in err
+    assert main(["train", "msc-iwslt14-ende-6L", "--gpus", "0", *roots]) == 1
+    err = capsys.readouterr().err
+    assert f"`deepnmt-prepare-data iwslt14-en-de --data-root {tmp_path / 'data'}`" in err
+    assert not started

@@ -7,15 +7,16 @@ with ``weights_only=True`` and the plugin's allow-list (deepnmt_fairseq.checkpoi
 from __future__ import annotations
 
 import os
-import sys
-import time
 from typing import Dict, Iterable, Optional, Sequence, Tuple
 
 import torch
 
 
 def progress(msg: str, tool: str = "deepnmt") -> None:
-    print(f"[{tool} {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+    """The project's one log line (:func:`deepnmt_fairseq.jobs.stage.make_log`), on stderr."""
+    from ..jobs.stage import make_log
+
+    make_log(tool)(msg)
 
 
 def pick_device(cpu: bool) -> torch.device:

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
+from ..jobs.fairseq_argv import fairseq_generate
+
 # its rate is computed from the unrounded time (the seconds printed are rounded to 0.1 s)
 _TRANSLATE = re.compile(r"deepnmt-translate: (\d+) lines, (\d+) target tokens in ([\d.]+) s \((\d+) tok/s\)")
 
@@ -118,11 +120,12 @@ class Measure:
 
         r = self.r
         single = shards > 1 or r.batch_size == 1
-        argv = ["fairseq-generate", r.data, "--user-dir", _user_dir(), "--path", model, "--gen-subset", "test",
-                "--beam", r.beam, "--lenpen", r.lenpen, "--max-len-a", r.max_len_a, "--max-len-b", r.max_len_b,
-                "--required-batch-size-multiple", "1", "--batch-size", 1 if single else r.batch_size,
-                *(["--distributed-world-size", shards, "--distributed-rank", 0] if shards > 1 else []),
-                *(["--cpu"] if r.cpu else [])]
+        argv = fairseq_generate(r.data, ["--path", model, "--gen-subset", "test", "--beam", r.beam, "--lenpen",
+                                         r.lenpen, "--max-len-a", r.max_len_a, "--max-len-b", r.max_len_b,
+                                         "--required-batch-size-multiple", "1", "--batch-size",
+                                         1 if single else r.batch_size,
+                                         *(["--distributed-world-size", shards, "--distributed-rank", 0]
+                                           if shards > 1 else []), *(["--cpu"] if r.cpu else [])])
         load = load_now()
         kind = "single" if single else "batched"
         out = self.tmp / f"{name}-{kind}.generate.txt"
@@ -161,12 +164,6 @@ class Measure:
         return {"lines": lines, "tokens": int(m[2]), "seconds": round(int(m[2]) / max(rate, 1e-9), 3),
                 "tokens_per_s": rate, "sentences": len(lines),
                 "load": load, "setting": setting}
-
-
-def _user_dir() -> str:
-    from .plan import user_dir
-
-    return user_dir()
 
 
 def sacrebleu_of(hyps: List[str], refs: List[str]) -> Dict[str, object]:

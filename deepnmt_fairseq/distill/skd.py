@@ -28,10 +28,10 @@ from typing import Dict, List, Optional, Tuple
 
 from .. import generate_output
 from ..console import child_env, exe
+from ..jobs.stage import make_log
 
 
-def log(msg: str) -> None:
-    print(f"[skd {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = make_log("skd")  # the project's one log line, on stderr
 
 
 def language_pair(data: str) -> Tuple[str, str]:

@@ -28,6 +28,7 @@ from typing import Dict, List, Optional
 from ..analysis.logs import parse_train_log
 from ..console import child_env
 from ..generate_output import parse_generate
+from ..jobs.fairseq_argv import fairseq_generate
 from . import scoring
 from .commands import (
     Paths,
@@ -39,7 +40,6 @@ from .commands import (
     log,
     set_aside,
     stale_average,
-    USER_DIR,
 )
 from .spec import Experiment
 
@@ -172,11 +172,11 @@ class Evaluator:
     def generate_argv(self, model: Path) -> List[str]:
         src, tgt = self.exp.lang_pair
         data = self.opts.paths.dataset_bin(self.exp, self.exp)
-        argv = [exe("fairseq-generate"), str(data), "--user-dir", str(USER_DIR), "--path", str(model),
-                "--task", "translation", "--source-lang", src, "--target-lang", tgt,
-                "--gen-subset", self.opts.subset, "--beam", str(self.beam), "--lenpen", f"{self.lenpen:g}",
-                "--batch-size", str(self.batch), "--required-batch-size-multiple", "1",
-                "--remove-bpe", self.remove_bpe]
+        argv = fairseq_generate(data, ["--path", model, "--task", "translation", "--source-lang", src,
+                                       "--target-lang", tgt, "--gen-subset", self.opts.subset, "--beam", self.beam,
+                                       "--lenpen", f"{self.lenpen:g}", "--batch-size", self.batch,
+                                       "--required-batch-size-multiple", "1", "--remove-bpe", self.remove_bpe],
+                                resolve=True)
         if self.cpu:
             argv.append("--cpu")
         if self.opts.fp16:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import List, Tuple
 
+from ...jobs.fairseq_argv import gp_flags
 from ..spec import EvalSpec, ExtractStage, Experiment, Figure, Point, Ref, Row, Run, SkdStage, Table, TrainStage
 from .common import (
     GPKD, WANG_2019A, WANG_2019A_DROPOUT, add, add_figure, exp_params, paper_params, single, wmt_ende_eval,
@@ -66,8 +67,8 @@ _SCRATCH_NOTE = "from scratch (Table 4 'Scratch'): the method on from update 0, 
 
 
 def _gp_flags(enc_h: int, dec_h: int = 1) -> Tuple[str, ...]:
-    return ((("--gp-group-size", str(enc_h)) if enc_h > 1 else ()) +
-            (("--gp-decoder-group-size", str(dec_h)) if dec_h > 1 else ()))
+    """GPKD's group-permutation flags (the one definition: deepnmt_fairseq/jobs/fairseq_argv.py), as a tuple."""
+    return tuple(gp_flags(enc_h, dec_h))
 
 
 def gpkd_teacher(name, arch, recipe, enc_h=1, dec_h=1, title="", notes=()) -> str:
