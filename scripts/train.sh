@@ -17,7 +17,14 @@
 # `deepnmt-repro list` shows every name; `deepnmt-repro show NAME` its settings.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-PY="${PYTHON:-python3}"
+# the environment's python: $PYTHON, else the active virtual environment's or conda environment's, else
+# this checkout's .venv (scripts/setup_env.sh), else python on PATH
+if [ -n "${PYTHON:-}" ]; then PY="$PYTHON"
+elif [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ]; then PY="$VIRTUAL_ENV/bin/python"
+elif [ -n "${CONDA_PREFIX:-}" ] && [ -x "$CONDA_PREFIX/bin/python" ]; then PY="$CONDA_PREFIX/bin/python"
+elif [ -x "$(dirname "$HERE")/.venv/bin/python" ]; then PY="$(dirname "$HERE")/.venv/bin/python"
+else PY="$(command -v python || command -v python3)"
+fi
 # the checkout's work/ unless the environment says otherwise (deepnmt-repro alone: ./work)
 export DEEPNMT_DATA="${DEEPNMT_DATA:-$(dirname "$HERE")/work/data}"
 export DEEPNMT_CHECKPOINTS="${DEEPNMT_CHECKPOINTS:-$(dirname "$HERE")/work/checkpoints}"

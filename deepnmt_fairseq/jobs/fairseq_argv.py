@@ -59,6 +59,8 @@ def recipe_flags(r) -> List[str]:
                   "--no-epoch-checkpoints"]
     else:
         flags += ["--keep-last-epochs", str(r.keep)]
+        if getattr(r, "checkpoint_updates", 0):  # checkpoint_last.pt mid-epoch (preemption, issue 67 §3)
+            flags += ["--save-interval-updates", str(r.checkpoint_updates), "--keep-interval-updates", "1"]
     return flags
 
 

@@ -69,6 +69,10 @@ class Recipe:
     max_tokens: int = 4096  # per GPU and forward pass; update-freq makes up the rest
     save: str = "epoch"  # "epoch" or "updates:N"
     keep: int = 10  # checkpoints kept (--keep-last-epochs / --keep-interval-updates)
+    # preemption/walltime (issue 67 §3): with save="epoch", also write checkpoint_last.pt every this many
+    # updates (--save-interval-updates N --keep-interval-updates 1); the epoch checkpoints the averaging
+    # reads are kept as before.  0: none (an epoch takes at most ~30 min by :func:`checkpoint_rule`).
+    checkpoint_updates: int = 0
     seed: int = 1
     # early stopping: stop when the validation loss has not improved for this many validations
     # (fairseq --patience; 0 = train to max_update).  GPKD two-stage training, stage 1: "early stop
@@ -289,6 +293,39 @@ def experiments_of(fig: Figure) -> List[str]:
             if name not in names:
                 names.append(name)
     return names
+
+
+# ------------------------------------------------------------------------------ preemption
+#: The save-interval rule's machine (issue 67 §3): one node of 8 GPUs (scripts/slurm/train.sbatch's
+#: default) sustaining 20 TFLOP/s each on these models in mixed precision, a conservative figure (V100s
+#: train fairseq transformers at about 30-40, A100s faster): a slower node saves less often than every
+#: 30 minutes, a faster one more often.
+RULE_NODE_FLOPS = 8 * 20e12
+#: Training tokens per epoch (target side, after BPE), rounded up: corpus pairs x mean length.
+EPOCH_TOKENS: Dict[str, float] = {
+    "iwslt14-de-en": 4.2e6, "iwslt14-en-de": 4.2e6, "iwslt14-de-en-fairseq": 4.2e6,  # 160k pairs x ~26
+    "iwslt17-en-fr": 6.6e6,  # 236k x ~28
+    "wmt14-en-de": 140e6, "wmt14-en-de-dd": 140e6, "wmt14-en-de-gpkd": 140e6,  # 4.5M x ~31
+    "wmt14-en-fr": 1.2e9,  # 36M x ~33
+    "wmt15-cs-en": 28e6,  # ~1M x ~28 (no CzEng)
+    "cnndm": 184e6,  # 287k articles x 640 source tokens (batches are filled by the longer side)
+}
+RULE_MAX_SECONDS = 1800.0
+RULE_STEPS = (100, 200, 250, 500, 1000, 2000, 2500, 5000, 10000)
+
+
+def seconds_per_update(params: int, tokens_per_update: int, node_flops: float = RULE_NODE_FLOPS) -> float:
+    """6 FLOPs per parameter and token (forward + backward) on the rule's node."""
+    return 6.0 * params * tokens_per_update / node_flops
+
+
+def checkpoint_rule(params: int, tokens_per_update: int, dataset: str) -> Tuple[float, float, int]:
+    """(seconds per update, seconds per epoch, the largest of :data:`RULE_STEPS` whose updates take at
+    most 30 minutes) for a model of ``params`` parameters under the rule's node."""
+    t = seconds_per_update(params, tokens_per_update)
+    epoch = t * EPOCH_TOKENS[dataset] / tokens_per_update
+    fits = [n for n in RULE_STEPS if n * t <= RULE_MAX_SECONDS]
+    return t, epoch, max(fits) if fits else 1
 
 
 def update_freq(tokens_per_update: int, max_tokens: int, world_size: int) -> int:
