@@ -39,13 +39,6 @@ DIVERGED = ("FloatingPointError", "NaN detected", "non-finite loss", "Minimum lo
 log = make_log("fidelity", stdout=True)
 
 
-def load_quickstart():
-    """The quickstart module (its prepare() builds the binarized corpus)."""
-    from deepnmt_fairseq import quickstart
-
-    return quickstart
-
-
 class Study:
     def __init__(self, preset: Preset, work: Path, data: Path, raw: Path, threads: int = 1,
                  short_first: bool = False, fork: bool = True, deadline: Optional[float] = None,
@@ -468,12 +461,13 @@ def ssl_stage2_runs(study: Study, p: Preset, seeds) -> List[Run]:
 
 # --------------------------------------------------------------------------------- data
 def prepare(p: Preset, work: Path) -> Tuple[Path, Path]:
-    """The binarized corpus (quickstart's tokenization and BPE) plus the ``trainsample`` split:
-    the first ``train_sample`` training pairs, binarized with the same dictionary."""
-    from deepnmt_fairseq.console import exe
+    """The binarized corpus (:func:`deepnmt_data.small_corpus.prepare`, the quickstart's tokenization
+    and BPE) plus the ``trainsample`` split: the first ``train_sample`` training pairs, binarized with
+    the same dictionary."""
+    from deepnmt_data import small_corpus  # the one data preparation (the quickstart's too)
+    from deepnmt_fairseq.console import child_env, exe
 
-    qs = load_quickstart()
-    corpus = Path(p.corpus) if p.corpus else qs.DATA
+    corpus = Path(p.corpus) if p.corpus else small_corpus.EMBEDDED
     if not corpus.is_absolute():
         corpus = REPO / corpus
     if not corpus.exists():
@@ -481,7 +475,8 @@ def prepare(p: Preset, work: Path) -> Tuple[Path, Path]:
                          "python scripts/build_evidence_corpus.py")
     if p.subset:
         corpus = _subset(corpus, work / "corpus", *p.subset)
-    data = qs.prepare(work, p.bpe, data=corpus)
+    data = small_corpus.prepare(work, p.bpe, corpus, log=log, binarize=lambda argv: small_corpus.fairseq_preprocess(
+        argv, env=child_env(dict(os.environ, PYTHONUNBUFFERED="1")), log=log))
     tok = work / "tok"
     if not (data / "trainsample.en-de.de.bin").exists():
         for lang in ("en", "de"):

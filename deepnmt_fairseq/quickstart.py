@@ -29,29 +29,33 @@ settings refuses to touch the existing work directory (use a new --work-dir).
 from __future__ import annotations
 
 import argparse
-import gzip
 import importlib.util
 import json
 import logging
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from deepnmt_data import small_corpus
+
+from .jobs.fairseq_argv import fairseq_generate, fairseq_train
+from .jobs.runner import Runner, settings_guard
+from .jobs.stage import Stage, make_log
+
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO / "data" / "libreoffice-help" / "en-de"
+DATA = small_corpus.EMBEDDED  # the corpus a checkout ships
 SRC, TGT = "en", "de"
 
-
-def log(msg: str) -> None:
-    print(f"[quickstart {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+log = make_log("quickstart", stdout=True)
 
 
 def run(cmd, **kw) -> None:
-    """``cmd``: a console script of this environment by name (``fairseq-train``...), then its arguments."""
+    """``cmd``: a console script of this environment by name (``fairseq-preprocess``...), then its
+    arguments; for the commands whose output goes to files of their own (``stdout=``, ``stderr=``);
+    the training stages run on the project's runner (:func:`train`)."""
     # exe: the script beside this interpreter; child_env: the known-harmless warnings of fairseq's children
     from deepnmt_fairseq.console import child_env, exe
 
@@ -61,71 +65,15 @@ def run(cmd, **kw) -> None:
     subprocess.run(cmd, check=True, env=env, **kw)
 
 
-def done(path: Path) -> bool:
-    return (path / ".done").exists()
-
-
-def mark(path: Path) -> None:
-    (path / ".done").write_text(time.strftime("%Y-%m-%d %H:%M:%S\n"))
-
-
-def fresh_dir(path: Path) -> Path:
-    """An empty directory for a step whose previous attempt did not finish."""
-    if path.exists():
-        shutil.rmtree(path)
-    path.mkdir(parents=True)
-    return path
-
-
 # ---------------------------------------------------------------- step 1-2
 def prepare(work: Path, bpe_merges: int, train_pairs: int | None = None, data: Path = DATA) -> Path:
     """Tokenize, BPE and binarize the embedded corpus (or another corpus directory ``data``
-    with the same {train,valid,test}.{en,de}.gz files) into ``work/data-bin`` (once).
+    with the same {train,valid,test}.{en,de}.gz files) into ``work/data-bin`` (once): the one
+    data preparation, :func:`deepnmt_data.small_corpus.prepare`, with the quickstart's log.
 
     ``train_pairs`` keeps only the first N training pairs (smoke tests)."""
-    from sacremoses import MosesTokenizer
-    from subword_nmt.apply_bpe import BPE
-    from subword_nmt.learn_bpe import learn_bpe
-
-    bin_dir = work / "data-bin"
-    if done(bin_dir):
-        log(f"data ready: {bin_dir}")
-        return bin_dir
-    tok = fresh_dir(work / "tok")
-    splits = ("train", "valid", "test")
-    for split in splits:
-        for lang in (SRC, TGT):
-            src = data / f"{split}.{lang}.gz"
-            if not src.exists():
-                raise SystemExit(f"missing data file {src}")
-            mt = MosesTokenizer(lang=lang)
-            with gzip.open(src, "rt", encoding="utf-8") as f:
-                lines = [ln.rstrip("\n") for ln in f]
-            if split == "train" and train_pairs:
-                lines = lines[:train_pairs]
-            (tok / f"{split}.raw.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-            toks = [mt.tokenize(ln, escape=False, return_str=True) for ln in lines]
-            (tok / f"{split}.tok.{lang}").write_text("\n".join(toks) + "\n", encoding="utf-8")
-            log(f"tokenized {split}.{lang}: {len(lines)} lines")
-    codes = tok / "bpe.codes"
-    joint = [ln for lang in (SRC, TGT) for ln in (tok / f"train.tok.{lang}").read_text(encoding="utf-8").splitlines()]
-    with open(codes, "w", encoding="utf-8") as out:
-        learn_bpe(joint, out, bpe_merges, min_frequency=2)
-    log(f"learned {bpe_merges} joint BPE merges")
-    with open(codes, encoding="utf-8") as f:
-        bpe = BPE(f)
-    for split in splits:
-        for lang in (SRC, TGT):
-            lines = (tok / f"{split}.tok.{lang}").read_text(encoding="utf-8").splitlines()
-            (tok / f"{split}.bpe.{lang}").write_text(
-                "\n".join(bpe.process_line(ln) for ln in lines) + "\n", encoding="utf-8"
-            )
-    fresh_dir(bin_dir)
-    run(["fairseq-preprocess", "--source-lang", SRC, "--target-lang", TGT,
-         "--trainpref", tok / "train.bpe", "--validpref", tok / "valid.bpe", "--testpref", tok / "test.bpe",
-         "--destdir", bin_dir, "--joined-dictionary", "--workers", "2"])
-    mark(bin_dir)
-    return bin_dir
+    return small_corpus.prepare(work, bpe_merges, data, train_pairs, SRC, TGT, log=log,
+                                binarize=lambda argv: run(["fairseq-preprocess", *argv]))
 
 
 # ---------------------------------------------------------------- step 3-4
@@ -149,24 +97,31 @@ def train_flags(a) -> list:
             "--max-tokens", str(a.max_tokens)]
 
 
-def train(work: Path, bin_dir: Path, a) -> Path:
+def train_stages(work: Path, bin_dir: Path, a) -> list:
+    """Steps 3-4 as the project's stages: fairseq-train of the MSC model, then the average of its
+    last checkpoints (each skipped when done; an interrupted training resumes)."""
     ckpt = work / "checkpoints"
     avg = ckpt / "checkpoint_avg.pt"
-    if avg.exists():
-        log(f"model ready: {avg}")
-        return avg
-    ckpt.mkdir(parents=True, exist_ok=True)
-    if not done(ckpt):
-        run(["fairseq-train", bin_dir, "--user-dir", REPO / "deepnmt_fairseq", *model_flags(a),
-             "--task", "translation", *train_flags(a), "--max-update", str(a.max_update),
-             "--save-dir", ckpt, "--save-interval-updates", str(a.save_every), "--keep-interval-updates",
-             str(a.average), "--keep-last-epochs", str(a.average), "--validate-after-updates", str(max(0, a.max_update - 3 * a.save_every)),
-             "--log-format", "simple", "--log-interval", "25", "--seed", str(a.seed), "--cpu",
-             "--num-workers", "0", "--skip-invalid-size-inputs-valid-test"])
-        mark(ckpt)
-    run(["deepnmt-average-checkpoints", "--inputs", ckpt, "--num-checkpoints",
-         str(a.average), "--output", avg])
-    return avg
+    argv = fairseq_train(bin_dir, model_flags(a), [
+        "--task", "translation", *train_flags(a), "--max-update", a.max_update, "--save-dir", ckpt,
+        "--save-interval-updates", a.save_every, "--keep-interval-updates", a.average,
+        "--keep-last-epochs", a.average, "--validate-after-updates", max(0, a.max_update - 3 * a.save_every),
+        "--log-format", "simple", "--log-interval", "25", "--seed", a.seed, "--cpu",
+        "--num-workers", "0", "--skip-invalid-size-inputs-valid-test"])
+    return [Stage("train", argv, ckpt, marker=True, kind="train", what="fairseq-train the MSC model"),
+            Stage("average", ["deepnmt-average-checkpoints", "--inputs", ckpt, "--num-checkpoints", a.average,
+                              "--output", avg], avg, kind="average",
+                  what=f"average the last {a.average} checkpoints")]
+
+
+def train(work: Path, bin_dir: Path, a) -> Path:
+    """Steps 3-4 on the project's runner; the averaged model."""
+    stages = train_stages(work, bin_dir, a)
+    if stages[-1].is_done():
+        log(f"model ready: {stages[-1].output}")
+    else:
+        Runner("quickstart", echo=print, echo_all=True, in_process=False).run(stages)
+    return stages[-1].output
 
 
 # ---------------------------------------------------------------- step 5-6
@@ -184,10 +139,10 @@ def evaluate(work: Path, bin_dir: Path, model: Path, a, out_dir: Path | None = N
         tmp = gen.with_suffix(".partial")
         # fairseq's log (its "Translated ... tokens/s" line) goes to stderr
         with open(tmp, "w", encoding="utf-8") as f, open(out_dir / "generate-test.log", "w", encoding="utf-8") as e:
-            run(["fairseq-generate", bin_dir, "--user-dir", REPO / "deepnmt_fairseq", "--path", model,
-                 "--gen-subset", "test", "--beam", "5", "--lenpen", "1.0", "--batch-size", "64",
-                 "--max-len-a", "1.2", "--max-len-b", str(a.max_len_b),
-                 "--required-batch-size-multiple", "1", "--remove-bpe", "--cpu"], stdout=f, stderr=e)
+            run(fairseq_generate(bin_dir, ["--path", model, "--gen-subset", "test", "--beam", "5", "--lenpen",
+                                           "1.0", "--batch-size", "64", "--max-len-a", "1.2", "--max-len-b",
+                                           a.max_len_b, "--required-batch-size-multiple", "1", "--remove-bpe",
+                                           "--cpu"]), stdout=f, stderr=e)
         tmp.replace(gen)
     from deepnmt_fairseq.generate_output import parse_generate
 
@@ -324,13 +279,8 @@ def main(argv=None) -> int:
     # nor do step 7's own options: deepnmt-distill ties WORK/distill to its settings itself
     settings = {k: v for k, v in vars(a).items()
                 if k not in ("work_dir", "deploy", "student_updates", "skd_beam", "single_sentences")}
-    stamp = work / "settings.json"
     # a setting added later is absent from older stamps: absent reads as its default (None)
-    old = json.loads(stamp.read_text()) if stamp.exists() else settings
-    diff = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
-    if diff:
-        raise SystemExit(f"{work} holds a run with other settings {diff}; use another --work-dir")
-    stamp.write_text(json.dumps(settings, indent=2) + "\n")
+    settings_guard(work, settings, error=SystemExit, missing_as_default=True)
     os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
 
     bin_dir = prepare(work, a.bpe_merges, a.train_pairs)

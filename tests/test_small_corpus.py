@@ -1,0 +1,53 @@
+"""deepnmt_data.small_corpus: the one data preparation of the quickstart, the study and
+scripts/gpkd_pipeline.py (issue 68), without fairseq: the binarization is a callable."""
+
+from __future__ import annotations
+
+import gzip
+
+from deepnmt_data import small_corpus
+
+
+def _corpus(root, n=12):
+    root.mkdir()
+    for split in small_corpus.SPLITS:
+        for lang, word in (("en", "house"), ("de", "Haus")):
+            with gzip.open(root / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.write("".join(f"The {word}s, number {i}!\n" for i in range(n)))
+    return root
+
+
+def test_prepare_tokenizes_bpe_and_binarizes_once(tmp_path):
+    data = _corpus(tmp_path / "corpus")
+    calls, lines = [], []
+    out = small_corpus.prepare(tmp_path / "w", 20, data, train_pairs=5, log=lines.append, binarize=calls.append)
+    tok = tmp_path / "w" / "tok"
+    assert out == tmp_path / "w" / "data-bin" and (out / ".done").exists()
+    assert len((tok / "train.raw.en").read_text().splitlines()) == 5  # train_pairs
+    assert len((tok / "test.raw.de").read_text().splitlines()) == 12  # held-out splits whole
+    assert (tok / "valid.tok.en").read_text().splitlines()[0] == "The houses , number 0 !"
+    assert (tok / "bpe.codes").exists() and (tok / "train.bpe.de").exists()
+    (argv,) = calls
+    assert argv[argv.index("--destdir") + 1] == str(out) and "--joined-dictionary" in argv
+    assert argv[argv.index("--trainpref") + 1] == str(tok / "train.bpe")
+    assert "tokenized train.en: 5 lines" in lines
+    again = []
+    assert small_corpus.prepare(tmp_path / "w", 20, data, log=again.append, binarize=calls.append) == out
+    assert len(calls) == 1 and again == [f"data ready: {out}"]
+
+
+def test_the_quickstart_and_the_study_use_it():
+    import inspect
+
+    from deepnmt_fairseq import quickstart
+
+    assert quickstart.DATA == small_corpus.EMBEDDED
+    assert "small_corpus.prepare" in inspect.getsource(quickstart.prepare)
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import fidelity_runner
+
+    assert "small_corpus.prepare" in inspect.getsource(fidelity_runner.prepare)
+    assert "import quickstart" not in inspect.getsource(fidelity_runner)
