@@ -231,7 +231,10 @@ deepnmt-repro table                                            # paper vs ours, 
   GPU, `--distributed-rank` from `SLURM_PROCID`, `--device-id` from `SLURM_LOCALID`,
   `--distributed-init-method tcp://<first node>:PORT`); torchrun — `scripts/torchrun_example.sh NAME`
   (c10d rendezvous, `env://`). Non-training stages run on rank 0; the other ranks wait for its done markers
-  before they look at a stage's inputs.
+  before they look at a stage's inputs (at most `$DEEPNMT_RANK0_TIMEOUT` seconds, default one day; a
+  failed rank-0 step ends them with its error). A torchrun / Slurm rank that sees no GPU, or `--fp16` /
+  `--bf16` without one, is an error unless `--cpu` asks for the CPU on purpose; a missing dataset is an
+  error naming `deepnmt-prepare-data NAME`. SKD uses every GPU of rank 0's node (`deepnmt-skd --jobs`).
 * **fairseq-hydra-train**: `configs/<name>.yaml` (`<name>__<stage>.yaml` for multi-stage experiments) are
   generated from the same registry (`deepnmt-repro write-configs`; a test checks they are in
   sync): `fairseq-hydra-train --config-dir configs --config-name <name>` from the repository root. They
