@@ -102,3 +102,17 @@ def test_a_failed_check_is_a_failing_exit_and_a_NO_in_the_table(tmp_path, monkey
     assert any(r["ok"] is False for r in rec["sections"]["correctness"]["rows"])
     assert rec["sections"]["desdar"]["rows"]
     assert "**NO**" in (tmp_path / "out" / "table.md").read_text()
+
+
+def test_runs_where_pytest_is_not_installed(tmp_path):
+    """The lent GPU machine has no pytest (benchmarks/gpu_check_lease.sh does not carry it): the
+    variant tables are read from the test modules through a stand-in for pytest's decorators."""
+    code = ("import runpy, sys; sys.modules['pytest'] = None; "
+            f"sys.argv = ['gpu_check.py', '--tiny', '--out', {str(tmp_path / 'out')!r}, '--sections', 'correctness'];"
+            f"runpy.run_path({str(REPO / 'benchmarks' / 'gpu_check.py')!r}, run_name='__main__')")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert "No module named 'pytest'" not in res.stderr
+    rec = json.loads((tmp_path / "out" / "records.json").read_text())
+    assert rec["sections"]["correctness"]["status"] == "ok", rec["sections"]["correctness"]
+    assert len(rec["sections"]["correctness"]["rows"]) > 40
