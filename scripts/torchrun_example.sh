@@ -13,8 +13,9 @@
 #   --distributed-world-size WORLD_SIZE --distributed-rank RANK --device-id LOCAL_RANK
 #   --distributed-init-method env:// --distributed-no-spawn
 # and computes --update-freq for WORLD_SIZE GPUs (the paper's tokens per update).
-# Without GPUs (a smoke test) each rank trains on the CPU with gloo and --ddp-backend legacy_ddp:
-#   NPROC_PER_NODE=2 bash scripts/torchrun_example.sh NAME -- --max-update 2 ...
+# Without GPUs (a smoke test) each rank trains on the CPU with gloo and --ddp-backend legacy_ddp, asked
+# for with --cpu (a rank that finds no GPU without --cpu is an error, not a silent CPU run):
+#   NPROC_PER_NODE=2 bash scripts/torchrun_example.sh NAME --cpu -- --max-update 2 ...
 # Non-training stages (averaging, SKD, extraction) run on rank 0, the others wait; the
 # checkpoint root must be shared between nodes.
 # Static rendezvous instead of c10d: replace the --rdzv-* flags by

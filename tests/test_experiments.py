@@ -668,8 +668,10 @@ def test_torchrun_example_trains_with_two_cpu_ranks(corpus_env, tmp_path):
     name = "msc-iwslt14-ende-6L"
     env = {**corpus_env["env"], "NPROC_PER_NODE": "2", "RDZV_PORT": str(port), "RDZV_ID": "test",
            "TORCHRUN": commands.exe("torchrun"), "CUDA_VISIBLE_DEVICES": ""}
-    res = subprocess.run(["bash", str(SCRIPTS / "torchrun_example.sh"), name, "--save-dir", str(tmp_path / "ck"),
-                          "--max-tokens", "1024", "--", *TINY, "--encoder-layers", "2", "--decoder-layers", "2"],
+    # --cpu: ranks without a GPU train on the CPU only when asked to (deepnmt_fairseq/jobs/cluster.py)
+    res = subprocess.run(["bash", str(SCRIPTS / "torchrun_example.sh"), name, "--cpu", "--save-dir",
+                          str(tmp_path / "ck"), "--max-tokens", "1024", "--", *TINY, "--encoder-layers", "2",
+                          "--decoder-layers", "2"],
                          capture_output=True, text=True, env=env, timeout=600)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-6000:]
