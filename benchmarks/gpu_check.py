@@ -42,9 +42,9 @@ Sections, in this order (the budget guard skips what no longer fits and records 
    (With stochastic features the two cannot agree: one process draws the second micro-batch's
    masks from the continued RNG stream, two ranks draw the same stream, both re-seeded per update.)
 7. ``health``: ``fairseq-train --fp16`` (fairseq's dynamic loss scaling) and ``--bf16`` runs of the
-   papers' deepest stacks, each a registry row's model at its paper's depth and width, on the
-   bundled LibreOffice-help corpus: finite losses, fp16 overflows (loss-scale reductions), loss
-   falling.  Runs go several at a time; each stops at ``--health-updates`` or the budget.
+   papers' deepest stacks, each a registry row's model, criterion and recipe (optimizer, lr schedule)
+   at its paper's depth and width for its first updates, on the bundled LibreOffice-help corpus:
+   finite losses, fp16 overflows (loss-scale reductions), loss falling.  Runs go several at a time; each stops at ``--health-updates`` or the budget.
 
 ``--tiny``: CPU, tiny shapes, a handful of updates, a subset of each list (every code path once),
 for CI (tests/test_gpu_check.py).  Nothing measured in tiny mode is a claim.
@@ -484,7 +484,7 @@ def train_argv(data, arch, flags, crit, a, max_update, extra=()):
             *flags, *crit, "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr-scheduler", "inverse_sqrt",
             "--warmup-init-lr", "1e-7", "--max-update", str(max_update), "--seed", "1", "--no-progress-bar",
             "--log-format", "json", "--num-workers", "0", "--skip-invalid-size-inputs-valid-test",
-            *(["--cpu"] if a.tiny else []), *extra]
+            *(["--cpu"] if a.cpu else []), *extra]
 
 
 def run_procs(cmds, logs, timeout, env):
@@ -648,15 +648,21 @@ def health_command(name, precision, data, a, save):
             continue
         flags.append(f)
     r = stage.recipe
-    extra = ["--lr", f"{r.lr:g}", "--warmup-updates", str(a.health_warmup), "--clip-norm", f"{r.clip_norm:g}",
-             "--max-tokens", "1000" if a.tiny else "4096", "--disable-validation", "--no-save",
-             "--log-interval", "1" if a.tiny else "10", f"--{precision}", "--save-dir", str(save)]
-    if r.lr_scheduler != "inverse_sqrt":  # RNMT+'s tri_stage: the same short inverse-sqrt schedule as the others
-        extra += ["--lr", "0.001"]
-    if not a.tiny:
-        extra += ["--fp16-init-scale", "128"] if precision == "fp16" else []
-    crit = ["--criterion", stage.criterion, "--label-smoothing", f"{r.label_smoothing:g}", *stage.criterion_flags]
-    return train_argv(data, stage.arch, [*flags, *(tiny if a.tiny else [])], crit, a, a.health_updates, extra), row
+    from deepnmt_fairseq.console import exe
+    from deepnmt_fairseq.jobs.fairseq_argv import recipe_flags
+
+    # the first updates of the row's own recipe (optimizer, lr schedule, clipping; its save flags are moot
+    # with --no-save); tiny mode shortens the warm-up so that a handful of updates moves the loss
+    short = (["--warmup-updates", "2"] if r.lr_scheduler == "inverse_sqrt" else
+             ["--warmup-steps", "2", "--hold-steps", "2", "--decay-steps", "4"]) if a.tiny else []
+    argv = [exe("fairseq-train"), str(data), "--user-dir", USER_DIR, "--task", "translation", "--arch", stage.arch,
+            *flags, *(tiny if a.tiny else []), "--criterion", stage.criterion, "--label-smoothing",
+            f"{r.label_smoothing:g}", *stage.criterion_flags, *recipe_flags(r), *short,
+            "--max-update", str(a.health_updates), "--max-tokens", "1000" if a.tiny else "4096",
+            "--disable-validation", "--no-save", "--save-dir", str(save), "--no-progress-bar", "--log-format", "json",
+            "--log-interval", "1" if a.tiny else "10", "--num-workers", "0", "--skip-invalid-size-inputs-valid-test",
+            f"--{precision}", *(["--cpu"] if a.cpu else [])]
+    return argv, row
 
 
 def section_health(sec, a, device, budget, work):
@@ -776,7 +782,6 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=None)
     ap.add_argument("--warmup", type=int, default=None)
     ap.add_argument("--health-updates", type=int, default=None, help="per run (default 300; tiny 6)")
-    ap.add_argument("--health-warmup", type=int, default=None, help="warm-up updates (default 100; tiny 2)")
     ap.add_argument("--health-parallel", type=int, default=None, help="runs at once (default 7; tiny 2)")
     a = ap.parse_args(argv)
     a.budget = a.budget if a.budget is not None else (600.0 if a.tiny else DEFAULT_BUDGET)
@@ -784,10 +789,10 @@ def main(argv=None) -> int:
     a.repeat = a.repeat or (1 if a.tiny else 5)
     a.warmup = a.warmup if a.warmup is not None else (1 if a.tiny else 2)
     a.health_updates = a.health_updates or (6 if a.tiny else 300)
-    a.health_warmup = a.health_warmup or (2 if a.tiny else 100)
     a.health_parallel = a.health_parallel or (2 if a.tiny else 7)
     budget = Budget(a.budget)
     device = torch.device(a.device or ("cpu" if a.tiny else "cuda"))
+    a.cpu = device.type == "cpu"  # fairseq commands get --cpu
     if device.type == "cuda" and not torch.cuda.is_available():
         print("gpu_check: no CUDA device (torch.cuda.is_available() is False); --tiny runs on the CPU",
               file=sys.stderr)
