@@ -207,3 +207,69 @@ def test_deepnmt_repro_train_says_so_in_one_line(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert f"`deepnmt-prepare-data iwslt14-en-de --data-root {tmp_path / 'data'}`" in err
     assert not started
+
+
+def test_distillations_default_training_flags_are_the_registrys_gpkd_recipe():
+    """deepnmt-distill's default student flags are read from the registry's GPKD recipe (written once);
+    their text is what it always was."""
+    from deepnmt_fairseq.distill import plan
+
+    assert plan.DEFAULT_TRAIN_ARGS == (
+        "--optimizer adam --adam-betas (0.9,0.997) --lr 0.002 --lr-scheduler inverse_sqrt --warmup-updates 16000 "
+        "--warmup-init-lr 1e-07 --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --max-tokens 4096 "
+        "--update-freq 2 --attention-dropout 0.1 --activation-dropout 0.1")
+    row = _plan("gpkd-wmt14-ende-24L", cluster.Launch(world_size=8, gpus_found=8))[0].argv  # the row, 8 GPUs
+    default = plan.DEFAULT_TRAIN_ARGS.split()
+    for flag in ("--lr", "--warmup-updates", "--warmup-init-lr", "--max-tokens", "--update-freq",
+                 "--attention-dropout", "--activation-dropout"):
+        assert row[row.index(flag) + 1] == default[default.index(flag) + 1], flag
+
+
+# ------------------------------------------------------------------ the runner itself
+def _py(code):
+    return ["python3", "-c", code]
+
+
+def test_runner_skips_done_stages_checks_first_and_names_the_failing_stage(tmp_path):
+    lines = []
+    runner = job_runner.Runner("t", echo=lines.append, in_process=False)
+    out = tmp_path / "a"
+    a = Stage("a", _py(f"import os; os.makedirs({str(out)!r}, exist_ok=True); print('epoch 001 | loss 3.2')"), out,
+              marker=True, log=tmp_path / "a.log", kind="train")
+    checked = []
+    b = Stage("b", _py("import sys; print('Traceback: boom'); sys.exit(4)"), tmp_path / "b.txt", log=tmp_path / "b.log",
+              preflight=lambda: checked.append("b"))
+    with pytest.raises(job_runner.RunError) as err:
+        runner.run([a, b])
+    assert checked == ["b"]  # before stage a ran: the checks come first
+    assert "stage b" in str(err.value) and "exit 4" in str(err.value) and "Traceback: boom" in str(err.value)
+    assert (out / ".done").exists() and "epoch 001" in (tmp_path / "a.log").read_text()
+    assert any("epoch 001" in ln for ln in lines)  # progress lines echoed
+    runner.ran.clear()
+    with pytest.raises(job_runner.RunError):
+        runner.run([a, b])
+    assert runner.ran == [] and any("stage 1/2 a: done earlier" in ln for ln in lines)
+
+
+def test_a_failing_preflight_runs_nothing(tmp_path):
+    ran = tmp_path / "ran"
+
+    def refuse():
+        raise cluster.ClusterError("no data")
+
+    st = Stage("a", _py(f"open({str(ran)!r}, 'w')"), ran, preflight=refuse)
+    with pytest.raises(cluster.ClusterError, match="no data"):
+        job_runner.Runner("t", echo=lambda line: None, in_process=False).run([st])
+    assert not ran.exists()
+
+
+def test_settings_guard_refuses_other_settings_naming_the_flag(tmp_path):
+    job_runner.settings_guard(tmp_path, {"lr": 1, "seed": 1})
+    job_runner.settings_guard(tmp_path, {"lr": 1, "seed": 1})  # the same: resume
+    with pytest.raises(job_runner.RunError, match=r'"lr": \{"then": 1, "now": 2\}.*--work-dir'):
+        job_runner.settings_guard(tmp_path, {"lr": 2, "seed": 1})
+    # a setting added later reads as its default (None) in an older stamp
+    job_runner.settings_guard(tmp_path, {"lr": 1, "seed": 1, "pairs": None}, missing_as_default=True)
+    with pytest.raises(SystemExit, match="pairs"):
+        job_runner.settings_guard(tmp_path, {"lr": 1, "seed": 1, "pairs": 5}, error=SystemExit,
+                                  missing_as_default=True)

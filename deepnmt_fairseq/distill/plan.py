@@ -38,12 +38,28 @@ from typing import List, Optional, Sequence, Tuple
 from ..jobs.fairseq_argv import averaged_path, fairseq_train, gp_flags, user_dir  # noqa: F401  (re-exported)
 from ..jobs.stage import Stage
 
-# the GPKD paper's training settings (Wang et al. 2019 settings, as scripts/gpkd_pipeline.py and the
-# registry's GPKD recipe); every stage's fairseq-train gets them unless the caller passes its own
-DEFAULT_TRAIN_ARGS = ("--optimizer adam --adam-betas (0.9,0.997) --lr 0.002 --lr-scheduler inverse_sqrt "
-                      "--warmup-updates 16000 --warmup-init-lr 1e-07 --criterion label_smoothed_cross_entropy "
-                      "--label-smoothing 0.1 --max-tokens 4096 --update-freq 2 --attention-dropout 0.1 "
-                      "--activation-dropout 0.1")
+def gpkd_train_args() -> str:
+    """The GPKD paper's training settings (Wang et al. 2019a's), as fairseq-train flags: read from the
+    registry's GPKD recipe (``repro/registry/gpkd.py``: ``GPKD_BASE``, ``RPR_DROP``), the one place
+    its numbers are written, with its tokens per update on the papers' 8 GPUs.  Every stage's
+    fairseq-train gets them unless the caller passes its own (``DEFAULT_TRAIN_ARGS``)."""
+    from ..repro.registry.gpkd import GPKD_BASE as r, RPR_DROP
+    from ..repro.spec import batch_plan
+
+    update_freq, max_tokens, _ = batch_plan(r.tokens_per_update, r.max_tokens, 8)
+    return (f"--optimizer {r.optimizer} --adam-betas {r.adam_betas.replace(' ', '')} --lr {r.lr:g} "
+            f"--lr-scheduler {r.lr_scheduler} --warmup-updates {r.warmup_updates} --warmup-init-lr "
+            f"{r.warmup_init_lr:g} --criterion label_smoothed_cross_entropy --label-smoothing {r.label_smoothing:g} "
+            f"--max-tokens {max_tokens} --update-freq {update_freq} {' '.join(RPR_DROP)}")
+
+
+def __getattr__(name: str):
+    """``DEFAULT_TRAIN_ARGS``: :func:`gpkd_train_args`, read when first asked for (the registry is
+    imported then, not with this module)."""
+    if name == "DEFAULT_TRAIN_ARGS":
+        value = globals()["DEFAULT_TRAIN_ARGS"] = gpkd_train_args()
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class PlanError(ValueError):
