@@ -36,10 +36,22 @@ run on CUDA when it is available.
 from __future__ import annotations
 
 import sys
+from typing import Optional
 
-from . import parser, run
+from . import fail, parser, run
 
 PROG = "deepnmt-distill"
+
+#: named student shapes (issue 71): name -> (encoder layers, decoder layers, what it is); None = the
+#: teacher's depth (capped at 6 for "auto", the teacher's whole encoder for "desdar")
+STUDENT_PRESETS = {
+    "auto": (None, None, "the teacher's depths capped at 6 (one layer per group for a GP-trained teacher)"),
+    "6-3": (6, 3, "6 encoder and 3 decoder layers"),
+    "6-1": (6, 1, "6 encoder layers and one decoder layer"),
+    "12-1": (12, 1, "12 encoder layers and one decoder layer"),
+    "desdar": (None, 1, "the teacher's whole encoder and one decoder layer (deep encoder, shallow decoder: "
+                        "GPKD's DESDAR, Kasai et al. 2021), started from the teacher's tensors"),
+}
 
 
 def build_parser():
@@ -60,6 +72,9 @@ def build_parser():
     p.add_argument("--test-source", required=True, help="raw (untokenized) source side of the test split of --data")
     p.add_argument("--test-reference", required=True, help="raw reference translations of the same sentences")
     g = p.add_argument_group("student")
+    g.add_argument("--student", choices=list(STUDENT_PRESETS), default="auto",
+                   help="a named student shape: " + "; ".join(f"{k}: {v[2]}" for k, v in STUDENT_PRESETS.items())
+                        + " (--student-encoder-layers/--student-decoder-layers override its depths)")
     g.add_argument("--student-init", choices=["auto", "extract", "teacher", "scratch"], default="auto",
                    help="extract: one layer per group (a GP-trained teacher); teacher: every teacher tensor whose name "
                         "and shape the student shares; scratch: fairseq's initialisation; auto: extract when the "
@@ -102,34 +117,56 @@ def build_parser():
     return p
 
 
-def parse_repro_args(p, a) -> None:
+def parse_repro_args(p, a) -> Optional[str]:
     """--repro-args are flags of deepnmt-repro train (fairseq-train flags after --): parsed here,
-    so that a mistake is a usage error before any work."""
+    so that a mistake is an error (returned, naming the flag) before any work."""
     import shlex
 
     from .repro import split_extra, train_parser
 
     if not a.teacher_row:
         if a.repro_args:
-            p.error("--repro-args: only with --teacher-row")
+            return "--repro-args: only with --teacher-row"
         a.repro = None
-        return
+        return None
     words = shlex.split(a.repro_args)
     flags, extra = split_extra(words)
     if "--stage" in flags or "--dry-run" in flags:
-        p.error("--repro-args: --stage and --dry-run are chosen by deepnmt-distill (the row's training stages; "
+        return ("--repro-args: --stage and --dry-run are chosen by deepnmt-distill (the row's training stages; "
                 "deepnmt-distill --dry-run)")
     try:
         parsed = train_parser().parse_args([a.teacher_row, *flags])
     except SystemExit:
-        p.error(f"--repro-args {a.repro_args!r}: not flags of deepnmt-repro train (deepnmt-repro train --help)")
+        return f"--repro-args {a.repro_args!r}: not flags of deepnmt-repro train (deepnmt-repro train --help)"
     a.repro = (parsed, flags, extra)
+    return None
+
+
+def apply_student_preset(p, a) -> Optional[str]:
+    """--student NAME: the preset's depths where no --student-*-layers flag gives one; a preset
+    other than auto trains a student of its own shape, started from the teacher's tensors of the
+    same name and shape unless --student-init says otherwise (extraction fixes the depths itself)."""
+    enc, dec, _ = STUDENT_PRESETS[a.student]
+    a.student_depth_cap = 6
+    if a.student == "auto":
+        return None
+    if a.student_init == "extract":
+        return (f"--student {a.student} with --student-init extract: an extracted student's depths are the "
+                "teacher's N/h; use --student-init teacher or scratch with a preset")
+    a.student_init = "teacher" if a.student_init == "auto" else a.student_init
+    a.student_encoder_layers = a.student_encoder_layers or enc
+    a.student_decoder_layers = a.student_decoder_layers or dec
+    if a.student == "desdar":
+        a.student_depth_cap = None
+    return None
 
 
 def main(argv=None) -> int:
     p = build_parser()
     a = p.parse_args(argv)
-    parse_repro_args(p, a)
+    problem = parse_repro_args(p, a) or apply_student_preset(p, a)
+    if problem:
+        return fail(PROG, problem, 2)
     a.argv = list(sys.argv[1:] if argv is None else argv)  # the report records the command
     return run(PROG, "deepnmt_fairseq.distill.command:run", a)
 

@@ -60,6 +60,7 @@ def run(a) -> int:
                       teacher=Path(a.teacher).resolve() if a.teacher else None, average=a.average,
                       student_init=a.student_init, student_arch=a.student_arch,
                       encoder_layers=a.student_encoder_layers, decoder_layers=a.student_decoder_layers,
+                      depth_cap=a.student_depth_cap,
                       dim=a.student_dim, ffn_dim=a.student_ffn_dim, heads=a.student_heads,
                       student_args=shlex.split(a.student_args), train_args=train_args,
                       student_updates=a.student_updates, save_interval_updates=a.save_interval_updates,
@@ -88,7 +89,9 @@ def run(a) -> int:
             print(f"{i}. {st.name}{' (done)' if st.is_done() else ''}: {st.command_line()}")
         return 0
     # what decides the outputs; not the device (a run moved between a GPU and a CPU node may resume)
-    settings = {k: v for k, v in vars(a).items() if k not in ("work_dir", "cpu", "dry_run")}
+    settings = {k: v for k, v in vars(a).items() if k not in ("work_dir", "cpu", "dry_run", "student_depth_cap")}
+    if settings.get("student") == "auto":  # the default shape: work directories made before --student existed
+        del settings["student"]
     for k in ("teacher", "data", "test_source", "test_reference", "bpe_codes", "spm_model"):
         if settings.get(k):  # the same files, whichever directory the command is run from
             settings[k] = str(Path(settings[k]).resolve())

@@ -35,6 +35,8 @@ class DistillConfig:
     student_arch: Optional[str] = None
     encoder_layers: Optional[int] = None
     decoder_layers: Optional[int] = None
+    #: a depth not given is the teacher's, capped at this (None: not capped, e.g. DESDAR's whole encoder)
+    depth_cap: Optional[int] = SCRATCH_MAX_LAYERS
     dim: Optional[int] = None
     ffn_dim: Optional[int] = None
     heads: Optional[int] = None
@@ -122,8 +124,13 @@ def _scratch_flags(cfg_model, c: DistillConfig) -> List[str]:
         v = getattr(cfg_model, name, None)
         return default if v is None else v
 
-    enc = c.encoder_layers or min(int(teacher("encoder_layers", 6)), SCRATCH_MAX_LAYERS)
-    dec = c.decoder_layers or min(int(teacher("decoder_layers", 6)), SCRATCH_MAX_LAYERS)
+    def depth(given, name):
+        if given:
+            return given
+        theirs = int(teacher(name, 6))
+        return theirs if c.depth_cap is None else min(theirs, c.depth_cap)
+
+    enc, dec = depth(c.encoder_layers, "encoder_layers"), depth(c.decoder_layers, "decoder_layers")
     dim = c.dim or int(teacher("encoder_embed_dim", 512))
     ffn = c.ffn_dim or int(teacher("encoder_ffn_embed_dim", 4 * dim))
     heads = c.heads or int(teacher("encoder_attention_heads", 8))

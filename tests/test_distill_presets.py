@@ -1,0 +1,63 @@
+"""deepnmt-distill's named student shapes (issue 71): --student NAME resolves to depths and an
+initialisation in the command line, and the plan builds that student (DESDAR: the teacher's whole
+encoder, one decoder layer, every teacher tensor of the same name and shape copied)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fairseq_helpers import TINY
+
+from deepnmt_cli import distill as cli
+
+
+def _parsed(*extra):
+    p = cli.build_parser()
+    a = p.parse_args(["--teacher", "t.pt", "--data", "d", "--work-dir", "w", "--test-source", "s",
+                      "--test-reference", "r", *extra])
+    problem = cli.apply_student_preset(p, a)
+    if problem:
+        raise ValueError(problem)
+    return a
+
+
+def test_presets_resolve_to_depths_and_an_initialisation():
+    a = _parsed()
+    assert (a.student, a.student_init, a.student_encoder_layers, a.student_decoder_layers, a.student_depth_cap) == \
+        ("auto", "auto", None, None, 6)
+    a = _parsed("--student", "6-1")
+    assert (a.student_init, a.student_encoder_layers, a.student_decoder_layers) == ("teacher", 6, 1)
+    a = _parsed("--student", "desdar")
+    assert (a.student_encoder_layers, a.student_decoder_layers, a.student_depth_cap) == (None, 1, None)
+    a = _parsed("--student", "12-1", "--student-decoder-layers", "2", "--student-init", "scratch")
+    assert (a.student_init, a.student_encoder_layers, a.student_decoder_layers) == ("scratch", 12, 2)
+    with pytest.raises(ValueError, match="extract"):  # an extracted student's depths are the teacher's N/h
+        _parsed("--student", "6-1", "--student-init", "extract")
+
+
+def _opt(flags, name):
+    return flags[flags.index(name) + 1]
+
+
+@pytest.mark.parametrize("preset, enc, dec", [("desdar", 8, 1), ("6-1", 6, 1), ("auto", 6, 2)])
+def test_the_plan_builds_the_presets_student(preset, enc, dec, data_bin, tmp_path):
+    from fairseq.data import Dictionary
+
+    from deepnmt_fairseq.distill.pipeline import DistillConfig, plan_distillation
+    from deepnmt_fairseq.distill.plan import build_student
+
+    vocab = len(Dictionary.load(str(data_bin / "dict.tgt.txt")))
+    model, args = build_student("deepnmt_transformer", [*TINY, "--encoder-layers", "8", "--decoder-layers", "2"],
+                                vocab)
+    args.arch = "deepnmt_transformer"
+    teacher = tmp_path / "teacher.pt"
+    torch.save({"cfg": {"model": args, "task": {"data": str(data_bin)}}, "model": model.state_dict()}, teacher)
+    a = _parsed("--student", preset)
+    plan = plan_distillation(DistillConfig(work=tmp_path / "w", data=data_bin, teacher=teacher, average=1,
+                                           student_init=a.student_init, encoder_layers=a.student_encoder_layers,
+                                           decoder_layers=a.student_decoder_layers, depth_cap=a.student_depth_cap,
+                                           student_updates=4, cpu=True))
+    assert plan.init == "teacher"
+    assert (_opt(plan.student_flags, "--encoder-layers"), _opt(plan.student_flags, "--decoder-layers")) == \
+        (str(enc), str(dec))
