@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import statistics
 import sys
@@ -236,11 +235,10 @@ def main(argv=None):
                    f"{encoder_share('DESDAR 48-1', engine, setting):.0%} of the 48-1 time; removing 5 of 6 decoder "
                    f"layers only shrinks the rest")
             checks.append((f"48-1 vs 48-6, {engine}, {setting}", x, target, why))
-    info = {"python": platform.python_version(), "torch": torch.__version__, "ctranslate2": ctranslate2.__version__,
-            "cpu": platform.processor() or platform.machine(), "fairseq_threads": threads,
-            "cpus": os.cpu_count(), "load_average_at_end": os.getloadavg(),
-            "gpu": "none in this session (CUDA table not measured)", "shape": SHAPE, "length": a.length,
-            "sentences": a.sentences, "single": a.single, "repeat": a.repeat}
+    from deepnmt_fairseq.machine import describe
+
+    info = {**describe(), "fairseq_threads": threads, "load_average_at_end": os.getloadavg(), "shape": SHAPE,
+            "length": a.length, "sentences": a.sentences, "single": a.single, "repeat": a.repeat}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "deploy-speed-cpu.json").write_text(json.dumps({"machine": info, "rows": rows, "checks": [
@@ -250,9 +248,9 @@ def main(argv=None):
         indent=1) + "\n")
     lines = ["# Deployment speed, CPU (benchmarks/deploy_speed.py)", "",
              f"Machine: {info['cpu']}, Python {info['python']}, torch {info['torch']}, CTranslate2 "
-             f"{info['ctranslate2']}; {info['cpus']} vCPUs, load average at the end {info['load_average_at_end'][0]:.1f} "
+             f"{info['ctranslate2']}; {info['cores']} cores ({info['kernels']} kernels), load average at the end {info['load_average_at_end'][0]:.1f} "
              f"({'other work was running' if info['load_average_at_end'][0] > 0.5 + info['fairseq_threads'] else 'no other work running'}). fairseq with {info['fairseq_threads']} torch thread(s) (the faster of 1 and "
-             f"2, probed); CTranslate2 intra_threads 1, inter_threads 2 batched (two batches in flight). No GPU in this session: the CUDA "
+             f"2, probed); CTranslate2 intra_threads 1, inter_threads 2 batched (two batches in flight). This benchmark runs on the CPU: the CUDA "
              f"table is not measured.", "",
              f"Models: RPR-only pre-norm Transformers (k = {SHAPE['rpr']}), width {SHAPE['d']}, FFN {SHAPE['f']}, "
              f"{SHAPE['h']} heads, {SHAPE['vocab']} shared vocabulary, untrained. Sources: {a.sentences} random "

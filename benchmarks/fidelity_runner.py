@@ -551,15 +551,11 @@ def machine(threads: Optional[int] = None, cuda: bool = False) -> Dict[str, obje
     kernels for another instruction set may round differently, and the runs then drift apart.  With
     ``threads``, also the torch threads of the command that finished the run (``--threads``): they set
     its speed (``train_seconds``), not its losses."""
-    import platform
-
     import torch
 
-    info = Path("/proc/cpuinfo")
-    names = [line.split(":", 1)[1].strip() for line in (info.read_text().splitlines() if info.exists() else [])
-             if line.startswith("model name")]
-    cpu = names[0] if names else platform.processor()
-    out = {"torch": torch.__version__, "cpu": cpu, "kernels": torch.backends.cpu.get_cpu_capability()}
+    from deepnmt_fairseq.machine import cpu_kernels, cpu_model
+
+    out = {"torch": torch.__version__, "cpu": cpu_model(), "kernels": cpu_kernels()}
     if torch.cuda.is_available():
         out["gpu"] = torch.cuda.get_device_name()
     if threads is not None:

@@ -58,7 +58,6 @@ import gzip
 import json
 import math
 import os
-import platform
 import re
 import shlex
 import shutil
@@ -714,21 +713,9 @@ def section_health(sec, a, device, budget, work):
 
 # ------------------------------------------------------------------------------ report
 def machine(device):
-    info = {"python": platform.python_version(), "torch": torch.__version__, "cpu": platform.processor() or
-            platform.machine(), "threads": torch.get_num_threads(), "device": str(device)}
-    if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(0)
-        info["gpu_memory_gb"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
-        info["cuda"] = torch.version.cuda
-    with contextlib.suppress(ImportError):
-        import fairseq
+    from deepnmt_fairseq.machine import describe
 
-        info["fairseq"] = fairseq.__version__
-    with contextlib.suppress(ImportError):
-        import ctranslate2
-
-        info["ctranslate2"] = ctranslate2.__version__
-    return info
+    return describe(device)
 
 
 def _fmt(v):

@@ -35,7 +35,6 @@ import gc
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -390,17 +389,9 @@ def forward_flops(model, p, decoding=False):
 
 # ----------------------------------------------------------------- report
 def machine():
-    info = {"python": platform.python_version(), "torch": torch.__version__, "cpu": platform.processor() or
-            platform.machine(), "threads": torch.get_num_threads()}
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-    try:
-        import fairseq
+    from deepnmt_fairseq.machine import describe
 
-        info["fairseq"] = fairseq.__version__
-    except ImportError:
-        pass
-    return info
+    return describe()
 
 
 def rnmt_row(name, kind, ours_flags, ref, p, device, a) -> dict:
