@@ -21,8 +21,23 @@ SUBLAYER_CHOICES = ChoiceEnum(["both", "attn", "ffn"])
 CAD_READING_CHOICES = ChoiceEnum(["consistent", "literal"])
 
 
+class _FromArgs:
+    """``from_args``: the options of a dataclass read from an argparse namespace or a TransformerConfig."""
+
+    @classmethod
+    def from_args(cls, args):
+        """Read the options from an argparse namespace or a TransformerConfig (values not given keep
+        their defaults)."""
+        opts = cls()
+        for f in fields(cls):
+            value = getattr(args, f.name, None)
+            if value is not None:
+                setattr(opts, f.name, value)
+        return opts
+
+
 @dataclass
-class DeepTransformerOptions(FairseqDataclass):
+class DeepTransformerOptions(_FromArgs, FairseqDataclass):
     post_norm: bool = field(
         default=False,
         metadata={
@@ -212,19 +227,9 @@ class DeepTransformerOptions(FairseqDataclass):
         default=False, metadata={"help": "also add relative position embeddings to the values"}
     )
 
-    @classmethod
-    def from_args(cls, args):
-        """Read the options from an argparse namespace or a TransformerConfig."""
-        opts = cls()
-        for f in fields(cls):
-            value = getattr(args, f.name, None)
-            if value is not None:
-                setattr(opts, f.name, value)
-        return opts
-
 
 @dataclass
-class HierTransOptions(FairseqDataclass):
+class HierTransOptions(_FromArgs, FairseqDataclass):
     """Options of ``--arch hiertrans`` (MSC Appendix A's HIERTRANS baseline, models/hiertrans.py)
     beyond fairseq's Transformer flags; ``--encoder-layers`` is the sentence-level encoder's depth."""
 
@@ -243,16 +248,6 @@ class HierTransOptions(FairseqDataclass):
             "found"
         },
     )
-
-    @classmethod
-    def from_args(cls, args):
-        """Read the options from an argparse namespace or a TransformerConfig."""
-        opts = cls()
-        for f in fields(cls):
-            value = getattr(args, f.name, None)
-            if value is not None:
-                setattr(opts, f.name, value)
-        return opts
 
 
 #: options that change another option's default: DeepNorm and Admin are post-norm methods
