@@ -3,7 +3,9 @@
     python scripts/quickstart.py [--work-dir work/quickstart] [--max-update N] ...
     (or bash scripts/quickstart.sh, which sets up the environment first)
 
-It runs from a checkout: the corpus is the repository's data/libreoffice-help/en-de.
+From a checkout the corpus is the repository's data/libreoffice-help/en-de and the work directory
+work/quickstart; the installed package alone (no checkout) needs --corpus DIR (a directory of
+{train,valid,test}.{en,de}.gz files) and works under ./work/quickstart.
 
 Steps (each is skipped when its output is complete; nothing is overwritten):
   1. tokenize (sacremoses) and learn/apply a joint BPE (subword-nmt);
@@ -47,6 +49,8 @@ from .jobs.stage import Stage, make_log
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = small_corpus.EMBEDDED  # the corpus a checkout ships
+#: where the work goes by default: the checkout's work/ (as before), else the current directory's
+WORK = (REPO if DATA.is_dir() else Path.cwd()) / "work" / "quickstart"
 SRC, TGT = "en", "de"
 
 log = make_log("quickstart", stdout=True)
@@ -237,7 +241,10 @@ def deploy_line(rep: dict) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--work-dir", default=str(REPO / "work" / "quickstart"))
+    p.add_argument("--work-dir", default=str(WORK))
+    p.add_argument("--corpus", metavar="DIR",
+                   help="the corpus: {train,valid,test}.{en,de}.gz files (default: the checkout's embedded "
+                        "LibreOffice-help corpus, data/libreoffice-help/en-de; needed without a checkout)")
     p.add_argument("--bpe-merges", type=int, default=4000)
     p.add_argument("--blocks", type=int, default=3, help="MSC blocks N = decoder layers")
     p.add_argument("--block-layers", type=int, default=2, help="encoder layers per block M")
@@ -269,6 +276,8 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.train_pairs is not None and a.train_pairs < 1:
         p.error(f"--train-pairs {a.train_pairs}: at least 1 training pair")
+    if a.corpus:  # the same corpus, whichever directory the command is run from
+        a.corpus = str(Path(a.corpus).resolve())
     # the in-process model loads (deployment note) import fairseq, one of whose modules calls
     # logging.basicConfig(level=DEBUG): configure the root logger first, quietly
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -283,7 +292,7 @@ def main(argv=None) -> int:
     settings_guard(work, settings, error=SystemExit, missing_as_default=True)
     os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
 
-    bin_dir = prepare(work, a.bpe_merges, a.train_pairs)
+    bin_dir = prepare(work, a.bpe_merges, a.train_pairs, Path(a.corpus) if a.corpus else DATA)
     model = train(work, bin_dir, a)
     res = evaluate(work, bin_dir, model, a)
     print()

@@ -51,3 +51,30 @@ def test_the_quickstart_and_the_study_use_it():
 
     assert "small_corpus.prepare" in inspect.getsource(fidelity_runner.prepare)
     assert "import quickstart" not in inspect.getsource(fidelity_runner)
+
+
+def test_the_quickstart_takes_another_corpus_and_ties_the_work_dir_to_it(tmp_path):
+    """--corpus DIR (the installed package has no embedded corpus): that corpus is prepared, and a
+    work directory made from one corpus refuses another."""
+    import json
+    import unittest.mock as mock
+
+    import pytest
+
+    from deepnmt_fairseq import quickstart
+
+    data = _corpus(tmp_path / "corpus")
+    work = tmp_path / "qs"
+    seen = []
+
+    def stop(*args):
+        seen.append(args)
+        raise RuntimeError("prepared")
+
+    with mock.patch.object(quickstart, "prepare", side_effect=stop):
+        with pytest.raises(RuntimeError, match="prepared"):
+            quickstart.main(["--work-dir", str(work), "--corpus", str(data)])
+    assert seen[0][3] == data
+    assert json.loads((work / "settings.json").read_text())["corpus"] == str(data)
+    with pytest.raises(SystemExit, match="other settings.*corpus"):
+        quickstart.main(["--work-dir", str(work)])
