@@ -2,6 +2,7 @@
 
   deepnmt-repro list [--table KEY] [--names]      # tables, rows, experiment names
   deepnmt-repro show NAME                         # settings, notes, commands
+  deepnmt-repro arch NAME | --list                # a named architecture: its settings, paper row, experiments
   deepnmt-repro train NAME [--dry-run] [--gpus N] ... [-- fairseq-train flags]
   deepnmt-repro evaluate NAME [--dry-run] [--checkpoint-dir DIR] ... [-- fairseq-generate flags]
   deepnmt-repro table [--table KEY] [--checkpoint-root DIR] [--docs | --check-docs]
@@ -126,6 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
                         description="An experiment's settings, where each value comes from, and its commands.")
     sh.add_argument("name", help="experiment name (deepnmt-repro list)")
     sh.add_argument("--gpus", type=int, default=8, help="GPUs to plan the shown commands for")
+    ar = sub.add_parser("arch", help="a named architecture: its settings, paper row and experiments",
+                        description="What a named architecture (--arch NAME) sets, the paper's row it implements "
+                                    "and the registry's experiments that train it; --list names them all.")
+    ar.add_argument("name", nargs="?", help="a named architecture, e.g. msc_iwslt_36l")
+    ar.add_argument("--list", action="store_true", help="every name, one a line")
     add_train_arguments(sub.add_parser("train", help="train an experiment (every stage, resumable)",
                                        description=TRAIN_HELP))
     ev = sub.add_parser("evaluate", help="average, decode, score -> results.json", description=EVAL_HELP)

@@ -34,3 +34,17 @@ def test_repro_arch_prints_the_paper_row_settings_and_experiments():
     assert "msc_iwslt_36l" in architecture.names() and "rnmt_plus_512_transparent_6l" in architecture.names()
     with pytest.raises(JobError, match="did you mean .*msc_iwslt_36l"):
         architecture.describe("msc_iwslt_37l")
+
+
+def test_deepnmt_repro_arch_prints_a_names_settings_and_rows(capsys):
+    """deepnmt-repro arch NAME: the settings a named architecture sets, its paper row and the
+    registry's experiments that train it; --list names them all; an unknown name is one line."""
+    from deepnmt_cli.repro import main
+
+    assert main(["arch", "msc_iwslt_36l"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("msc_iwslt_36l: --arch msc_iwslt_36l") and "Table 2" in out and "decoder_embed_dim" in out
+    assert main(["arch", "--list"]) == 0
+    assert "msc_iwslt_36l" in capsys.readouterr().out.split()
+    assert main(["arch", "no_such_arch"]) == 1
+    assert "unknown architecture" in capsys.readouterr().err

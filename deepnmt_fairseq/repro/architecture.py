@@ -10,7 +10,7 @@ finds its definition too.
 from __future__ import annotations
 
 import argparse
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 
 def names() -> List[str]:
@@ -74,24 +74,3 @@ def cmd_arch(a: argparse.Namespace) -> int:
         return 0
     print(describe(a.name))
     return 0
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    """``python -m deepnmt_fairseq.repro.architecture NAME`` until ``deepnmt-repro arch`` is wired."""
-    p = argparse.ArgumentParser(prog="deepnmt-repro arch", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("name", nargs="?", help="a named architecture, e.g. msc_iwslt_36l")
-    p.add_argument("--list", action="store_true", help="every name, one a line")
-    return cmd_arch(p.parse_args(argv))
-
-
-if __name__ == "__main__":
-    import sys
-
-    from ..jobs.stage import JobError
-
-    try:
-        sys.exit(main())
-    except JobError as err:
-        print(f"deepnmt-repro arch: error: {err}", file=sys.stderr)
-        sys.exit(1)

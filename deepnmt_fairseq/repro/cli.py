@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Tuple
 
+from .architecture import cmd_arch  # noqa: F401  (deepnmt-repro arch)
 from .commands import Paths, Planner, ReproError, RunOptions, ddp_backend, make_launch, run_steps
 from .spec import DATASETS, Experiment, Table
 
