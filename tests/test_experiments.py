@@ -169,7 +169,7 @@ def test_every_experiment_parses_with_fairseqs_parser():
 
 
 def test_skd_and_extract_commands_use_existing_flags(capsys):
-    from deepnmt_fairseq.cli import average_checkpoints, extract_student, skd
+    from deepnmt_cli import average_checkpoints, extract_student, skd
 
     steps = _plan("gpkd-wmt14-ende-48L-teacher") + _plan("gpkd-wmt14-ende-24-1")
     by_kind = {s.kind: s for s in steps}
@@ -750,7 +750,7 @@ def _train_argv(name, stage=None, gpus=8):
 
 
 def _dry_run_lines(capsys, *argv):
-    from deepnmt_fairseq.repro import cli
+    from deepnmt_cli import repro as cli
 
     capsys.readouterr()
     assert cli.main(list(argv)) == 0
