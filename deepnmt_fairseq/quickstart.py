@@ -239,6 +239,27 @@ def deploy_line(rep: dict) -> str:
             f"({t['batched']['tokens_per_s']:.0f} / {t['single']['tokens_per_s']:.0f} tok/s){loaded}")
 
 
+#: measured quickstart times with the default options on 2 cores, by torch's CPU kernels (minutes,
+#: environment already set up): AVX-512, idle, benchmarks/results/distill-step7/quickstart-idle/
+#: (14 min 56 s); AVX2, a fresh clone, 43 min 19 s with about 5 minutes of set-up (issue 72).
+MEASURED_MINUTES = {"AVX512": 15, "AVX2": 38}
+
+
+def estimate(a, kernels: str, cores: int) -> str:
+    """The line the quickstart prints before it starts: its expected time on this machine, from the
+    measured times of :data:`MEASURED_MINUTES` (the same CPU kind; another kind reads as the slower
+    AVX2 one), scaled by the cores (the runs use every core; 2 were measured) and by the training
+    pairs and updates asked for; and the options that make it shorter."""
+    base = MEASURED_MINUTES.get(kernels, MEASURED_MINUTES["AVX2"])
+    share = min(a.train_pairs or 18000, 18000) / 18000  # SKD and the step-7 report scale with the data
+    minutes = base * (2 / max(1, min(cores, 8))) * (a.max_update / 800) * (0.55 + 0.45 * share)
+    if a.deploy == "off":
+        minutes *= 0.35  # steps 1-6 only: about a third of the default run (quickstart-timing.txt)
+    return (f"estimated time on this machine ({kernels} kernels, {cores} cores): about {max(1, round(minutes))} min "
+            f"(measured with the defaults on 2 cores: {MEASURED_MINUTES['AVX512']} min AVX-512, "
+            f"{MEASURED_MINUTES['AVX2']} min AVX2); shorter: --train-pairs 3000, --deploy off")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work-dir", default=str(WORK))
@@ -291,6 +312,9 @@ def main(argv=None) -> int:
     # a setting added later is absent from older stamps: absent reads as its default (None)
     settings_guard(work, settings, error=SystemExit, missing_as_default=True)
     os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+    from .machine import cores, cpu_kernels
+
+    log(estimate(a, cpu_kernels(), cores()))
 
     bin_dir = prepare(work, a.bpe_merges, a.train_pairs, Path(a.corpus) if a.corpus else DATA)
     model = train(work, bin_dir, a)

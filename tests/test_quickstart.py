@@ -53,6 +53,7 @@ def test_quickstart_smoke_and_rerun(tmp_path):
     assert len(train_cmds) == 2 and "--deep-memory msc" in train_cmds[0] and "--deep-memory" not in train_cmds[1]
     assert "skd-bin" in train_cmds[1]  # the student learns from the MSC teacher's translations
     assert " --max-update 8 " in train_cmds[1]  # twice the teacher's 4 updates
+    assert "estimated time on this machine (" in out  # printed before the first step
 
     stamp = (work / "checkpoints" / "checkpoint_avg.pt").stat().st_mtime
     t0 = time.time()
@@ -99,3 +100,22 @@ def test_a_work_dir_stamped_before_a_new_setting_is_reused(tmp_path):
             quickstart.main(args)
         with pytest.raises(SystemExit, match="other settings .*train_pairs"):
             quickstart.main(args + ["--train-pairs", "10"])
+
+
+def test_the_time_estimate_follows_the_measured_machines_and_the_options():
+    """The quickstart prints its expected time before it starts (issue 72): the measured minutes on
+    2 cores of the same CPU kind, less with more cores, fewer pairs or updates, or without step 7."""
+    import argparse
+
+    from deepnmt_fairseq.quickstart import MEASURED_MINUTES, estimate
+
+    def minutes(kernels="AVX512", cores=2, **kw):
+        a = argparse.Namespace(**{"train_pairs": None, "max_update": 800, "deploy": "auto", **kw})
+        line = estimate(a, kernels, cores)
+        assert "--train-pairs 3000" in line and f"{kernels} kernels, {cores} cores" in line
+        return int(line.split("about ")[1].split(" min")[0])
+
+    assert minutes() == MEASURED_MINUTES["AVX512"] and minutes("AVX2") == MEASURED_MINUTES["AVX2"]
+    assert minutes("DEFAULT") == MEASURED_MINUTES["AVX2"]  # an unmeasured kind reads as the slower one
+    assert minutes(cores=4) < minutes() and minutes(train_pairs=3000) < minutes()
+    assert minutes(deploy="off") < minutes() and minutes(max_update=1600) > minutes()
