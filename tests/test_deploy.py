@@ -359,7 +359,7 @@ def test_plain_models_are_exportable():
 
 @needs_ct2
 def test_export_cli_refuses_msc(corpus, tmp_path):
-    from deepnmt_fairseq.deploy.export import main
+    from deepnmt_cli.export_ct2 import main
 
     ckpt = train_tiny(corpus, tmp_path / "msc.pt",
                       ["--deep-memory", "msc", "--msc-block-layers", "1", "--decoder-layers", "2"], updates=1)

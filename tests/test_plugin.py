@@ -28,7 +28,7 @@ def test_import_registers_everything_without_clashing_with_fairseq():
         after = {k: set(r) for k, r in (("arch", ARCH_MODEL_REGISTRY), ("model", MODEL_REGISTRY),
                                         ("crit", CRITERION_REGISTRY), ("task", TASK_REGISTRY))}
         new = {k: after[k] - before[k] for k in after}
-        assert new["model"] == {"deepnmt_transformer", "rnmt_plus"}, new["model"]
+        assert new["model"] == {"deepnmt_transformer", "rnmt_plus", "hiertrans"}, new["model"]
         assert set(PAPER_ROWS) <= new["arch"], set(PAPER_ROWS) - new["arch"]
         assert "collapse_reducing" in new["crit"]
         ours = {n for n, m in ARCH_MODEL_REGISTRY.items() if m.__module__.startswith("deepnmt_fairseq")}

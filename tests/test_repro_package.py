@@ -254,7 +254,7 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
     src.mkdir()
     for f in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(REPO / f, src / f)
-    for pkg in ("deepnmt_fairseq", "deepnmt_data"):
+    for pkg in ("deepnmt_fairseq", "deepnmt_data", "deepnmt_cli", "deepnmt_deploy"):
         shutil.copytree(REPO / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     dist = tmp_path / "dist"
     res = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation",

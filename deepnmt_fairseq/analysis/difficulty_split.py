@@ -57,7 +57,7 @@ def _checkpoints(a) -> List[str]:
         return list(a.checkpoints)
     if not a.checkpoint_dir:
         raise ValueError("give --checkpoints A.pt B.pt ... or --checkpoint-dir DIR --last K")
-    from .average_checkpoints import newest_checkpoints
+    from ..checkpoint_averaging import newest_checkpoints
 
     return newest_checkpoints(a.checkpoint_dir, a.last)
 
