@@ -224,7 +224,8 @@ def deploy(work: Path, bin_dir: Path, model: Path, a) -> dict:
              "--student-updates", student_updates(a), "--save-interval-updates", a.save_every,
              "--average", a.average,
              "--seed", a.seed, "--beam", "5", "--lenpen", "1.0", "--max-len-a", "1.2", "--max-len-b", a.max_len_b,
-             "--cpu", *(["--single-sentences", a.single_sentences] if a.single_sentences else [])])
+             "--cpu", *(["--single-sentences", a.single_sentences] if a.single_sentences else []),
+             *(["--student", a.student] if a.student != "auto" else [])])
     return json.loads(report.read_text())
 
 
@@ -288,6 +289,9 @@ def main(argv=None) -> int:
     p.add_argument("--student-updates", type=int,
                    help="step 7: the student's updates (default: twice the teacher's --max-update; measured: "
                         "800 updates leave the served student 1.69 sacreBLEU below the teacher, 1600 0.58)")
+    p.add_argument("--student", default="auto", metavar="NAME",
+                   help="step 7: the student's shape, a deepnmt-distill --student name (auto: the teacher's depths, "
+                        "6-3; 6-1, 12-1, desdar: one decoder layer)")
     p.add_argument("--skd-beam", type=int, default=4,
                    help="step 7: beam of the teacher's translations of the training set (GPKD's 4; 1 = greedy, "
                         "about a third of the time)")
@@ -308,7 +312,7 @@ def main(argv=None) -> int:
     # --deploy adds a step and changes no result: not part of the settings a work dir is tied to
     # nor do step 7's own options: deepnmt-distill ties WORK/distill to its settings itself
     settings = {k: v for k, v in vars(a).items()
-                if k not in ("work_dir", "deploy", "student_updates", "skd_beam", "single_sentences")}
+                if k not in ("work_dir", "deploy", "student_updates", "skd_beam", "single_sentences", "student")}
     # a setting added later is absent from older stamps: absent reads as its default (None)
     settings_guard(work, settings, error=SystemExit, missing_as_default=True)
     os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
