@@ -83,13 +83,11 @@ def dry_runs() -> str:
 def test_every_dry_run_is_the_snapshot():
     now = dry_runs()
     want = SNAPSHOT.read_text(encoding="utf-8")
-    if now != want:
-        import difflib
+    import difflib
 
-        diff = "".join(list(difflib.unified_diff(want.splitlines(True), now.splitlines(True), "snapshot", "now",
-                                                 n=1))[:80])
-        raise AssertionError("a registry dry run changed; if intended, regenerate the snapshot with "
-                             "`python tests/test_dry_run_snapshot.py` (module docstring):\n" + diff)
+    diff = "".join(list(difflib.unified_diff(want.splitlines(True), now.splitlines(True), "snapshot", "now", n=1))[:80])
+    assert now == want, ("a registry dry run changed; if intended, regenerate the snapshot with "
+                         "`python tests/test_dry_run_snapshot.py` (module docstring):\n" + diff)
 
 
 if __name__ == "__main__":

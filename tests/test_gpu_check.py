@@ -35,8 +35,7 @@ def test_tiny_mode_runs_every_section_and_writes_records_command_and_table(tmp_p
         assert not s["skipped"] or name == "ct2", (name, s["skipped"])  # the budget skipped nothing
         assert all(r["ok"] is not False for r in s["rows"]), (name, [r for r in s["rows"] if r["ok"] is False])
 
-    sys.path.insert(0, str(REPO / "tests"))
-    import test_exactness
+    import test_exactness  # tests/ and benchmarks/ are on pytest's pythonpath (pyproject.toml)
 
     rows = rec["sections"]["correctness"]["rows"]
     incremental = [r for r in rows if r["measure"].startswith("incremental")]
@@ -89,8 +88,6 @@ def test_budget_guard_skips_sections_cleanly_and_records_them(tmp_path):
 def test_a_failed_check_is_a_failing_exit_and_a_NO_in_the_table(tmp_path, monkeypatch):
     """In-process: a section whose contract breaks (here: incremental decoding made to differ)
     ends with exit 1 and a **NO** row; the other sections still run."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    sys.path.insert(0, str(REPO / "tests"))
     import fairseq_helpers
     import gpu_check
 

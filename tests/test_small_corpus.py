@@ -43,11 +43,7 @@ def test_the_quickstart_and_the_study_use_it():
 
     assert quickstart.DATA == small_corpus.EMBEDDED
     assert "small_corpus.prepare" in inspect.getsource(quickstart.prepare)
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import fidelity_runner
+    import fidelity_runner  # benchmarks/ is on pytest's pythonpath (pyproject.toml)
 
     assert "small_corpus.prepare" in inspect.getsource(fidelity_runner.prepare)
     assert "import quickstart" not in inspect.getsource(fidelity_runner)
