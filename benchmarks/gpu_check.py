@@ -181,13 +181,8 @@ def section_correctness(sec, a, device, budget):
         model = build_model(arch, 40, TINY_DROPOUT + list(flags), seed=3).to(device).eval().double()
         tx._perturb_trained_state(model)
         d = model.encoder.dictionary
-        g = torch.Generator().manual_seed(5)
-        lengths = [9, 5, 7, 3]
-        src = torch.full((4, 9), d.pad())
-        for i, n in enumerate(lengths):  # left padding, as fairseq's translation task
-            src[i, 9 - n:] = torch.randint(d.nspecial, len(d), (n,), generator=g)
-            src[i, -1] = d.eos()
-        src, lens = src.to(device), torch.tensor(lengths, device=device)
+        src, lens = (t.to(device) for t in tx.padded_sources(d))
+        lengths = lens.tolist()
         gen = SequenceGenerator([model], d, beam_size=4, max_len_b=10)
         with torch.no_grad():
             batch = gen.generate([model], {"net_input": {"src_tokens": src, "src_lengths": lens}})

@@ -140,6 +140,19 @@ def test_incremental_decoding_equals_full_forward(name):
 
 
 # ---------------------------------------------------------------- batch invariance
+
+def padded_sources(d, lengths=(9, 5, 7, 3), seed=5):
+    """A left-padded batch of random sources of ``lengths`` (as fairseq's translation task pads),
+    each ending in EOS: ``(src_tokens, src_lengths)``; the beam batch-invariance check's input."""
+    g = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    src = torch.full((len(lengths), width), d.pad())
+    for i, n in enumerate(lengths):
+        src[i, width - n:] = torch.randint(d.nspecial, len(d), (n,), generator=g)
+        src[i, -1] = d.eos()
+    return src, torch.tensor(list(lengths))
+
+
 def _beam(model, src, lens, beam=4):
     gen = SequenceGenerator([model], model.decoder.dictionary, beam_size=beam, max_len_b=10)
     with torch.no_grad():
@@ -158,14 +171,8 @@ BATCH_INVARIANCE = ["dlcl", "dlcl-gp-ssl-rpr-layerdrop", "rpr", "rpr-transparent
 def test_beam_search_alone_equals_in_padded_batch(name):
     model = _model(name, seed=3).eval().double()
     _perturb_trained_state(model)
-    d = model.encoder.dictionary
-    g = torch.Generator().manual_seed(5)
-    lengths = [9, 5, 7, 3]
-    src = torch.full((4, 9), d.pad())
-    for i, n in enumerate(lengths):  # left padding, as fairseq's translation task
-        src[i, 9 - n:] = torch.randint(d.nspecial, len(d), (n,), generator=g)
-        src[i, -1] = d.eos()
-    lens = torch.tensor(lengths)
+    src, lens = padded_sources(model.encoder.dictionary)
+    lengths = lens.tolist()
     batch = _beam(model, src, lens)
     for i, n in enumerate(lengths):
         (alone,) = _beam(model, src[i: i + 1, 9 - n:], lens[i: i + 1])
