@@ -106,8 +106,15 @@ def build_parser():
     g.add_argument("--lenpen", type=float, default=1.0, help="length penalty of the report's translations")
     g.add_argument("--max-len-a", type=float, default=1.2, help="maximum output length a*source_length+b: a")
     g.add_argument("--max-len-b", type=int, default=10, help="maximum output length a*source_length+b: b")
-    g.add_argument("--batch-size", type=int, default=64, help="fairseq-generate's batch size (batched speed)")
-    g.add_argument("--ct2-batch-size", type=int, default=32, help="deepnmt-translate's batch size (batched speed)")
+    g.add_argument("--batch-size", type=int, default=64,
+                   help="fairseq-generate's batch size (batched speed): tried with 32, 64, 128, 256, the fastest is "
+                        "measured (--no-speed-search: this one)")
+    g.add_argument("--ct2-batch-size", type=int, default=32,
+                   help="deepnmt-translate's batch size (batched speed): tried with 16, 32, 64, 128, the fastest is "
+                        "measured (--no-speed-search: this one)")
+    g.add_argument("--no-speed-search", action="store_true",
+                   help="measure each engine with the given batch sizes and every core's threads, without first "
+                        "timing the candidate settings on a probe (each engine's best setting: docs/distill.md)")
     g.add_argument("--single-sentences", type=int, default=300,
                    help="about this many test sentences are translated one at a time for the single-sentence speed")
     p.add_argument("--cpu", action="store_true", help="run on the CPU even when CUDA is available")

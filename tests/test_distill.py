@@ -245,7 +245,12 @@ def test_msc_teacher_to_served_student_end_to_end(data_bin, teachers, tmp_path, 
     assert systems["student deepnmt-translate"]["batched"]["sentences"] == n
     assert "inter_threads 2 x intra_threads 1" in systems["student deepnmt-translate"]["batched"]["setting"]
     threads = systems["teacher fairseq-generate"]["single"]["setting"]
-    assert ("2 torch threads" in threads) != ("1 torch thread (machine loaded)" in threads)
+    # --tiny: no settings search; every core's torch threads, or 1 on a machine loaded at the start
+    from deepnmt_fairseq.machine import cores
+
+    assert threads in (f"fairseq-generate, {cores()} torch threads, one sentence at a time",
+                       "fairseq-generate, 1 torch thread, one sentence at a time"), threads
+    assert rep["settings_search"]["teacher fairseq-generate"] == {"batched": [], "single": []}
     assert rep["sizes"]["student"]["parameters"] < rep["sizes"]["teacher"]["parameters"]
     assert rep["sizes"]["served"]["quantization"] == "int8"
     md = (work / "report" / "report.md").read_text()
@@ -392,20 +397,20 @@ def test_gpkd_pipeline_restart_schedule_and_ssl_from_scratch(tmp_path):
     assert bad.returncode != 0 and "--ssl-from-scratch needs --ssl-rate" in bad.stderr
 
 
-def test_report_runs_ctranslate2_with_its_own_thread_environment(tmp_path, monkeypatch):
-    """fairseq-generate is measured with OMP_NUM_THREADS=2 on an idle machine; deepnmt-translate gets
-    OMP_NUM_THREADS=1 (its threads are its own flags): with 2 its one-sentence decoding measured 10x
-    slower."""
+def test_report_runs_each_engine_with_its_own_thread_environment(tmp_path, monkeypatch):
+    """fairseq-generate gets its setting's torch threads (OMP_NUM_THREADS); deepnmt-translate gets
+    OMP_NUM_THREADS=1 and its threads as its own flags: with 2 in its environment its one-sentence
+    decoding measured 10x slower."""
     import subprocess
 
     from deepnmt_fairseq.distill import report
 
-    monkeypatch.setattr(report, "load_now", lambda: {"loaded": False, "load1": 0.0, "cores": 2})
-    envs = {}
+    runs = {}
 
     def fake_run(cmd, stdout, stderr, env):
-        envs[Path(cmd[0]).name] = env
-        stderr.write("deepnmt-translate: 1 lines, 3 target tokens in 0.1 s (30 tok/s)\n")
+        runs[Path(cmd[0]).name] = (cmd, env)
+        stderr.write("deepnmt-translate: 1 lines, 3 target tokens in 0.1 s (30 tok/s)\n"
+                     "Translated 1 sentences (3 tokens) in 0.1s (10.00 sentences/s, 30.00 tokens/s)\n")
         stderr.flush()
         return subprocess.CompletedProcess(cmd, 0)
 
@@ -414,7 +419,42 @@ def test_report_runs_ctranslate2_with_its_own_thread_environment(tmp_path, monke
     r = report.ReportInputs(out=tmp_path / "rep", data=tmp_path, teacher=tmp_path / "t.pt", student=tmp_path / "s.pt",
                             ct2=tmp_path / "ct2", test_source=tmp_path / "src", test_reference=tmp_path / "src")
     m = report.Measure(r, lambda msg: None)
-    assert m.env["OMP_NUM_THREADS"] == "2"  # fairseq's, idle machine
     (tmp_path / "rep" / "student-single.hyp").write_text("x\n")
-    m.ct2("student", tmp_path / "src", single=True)
-    assert envs["deepnmt-translate"]["OMP_NUM_THREADS"] == "1"
+    m.ct2("student", tmp_path / "src", report.Setting(1, threads=2, inter=1))
+    cmd, env = runs["deepnmt-translate"]
+    assert env["OMP_NUM_THREADS"] == "1"
+    assert cmd[cmd.index("--intra-threads") + 1] == "2" and cmd[cmd.index("--inter-threads") + 1] == "1"
+    assert cmd[cmd.index("--batch-size") + 1] == "1"
+    (tmp_path / "rep" / "teacher-batched.generate.txt").write_text("")
+    m.fairseq("teacher", tmp_path / "t.pt", report.Setting(128, threads=1))
+    cmd, env = runs["fairseq-generate"]
+    assert env["OMP_NUM_THREADS"] == "1" and cmd[cmd.index("--batch-size") + 1] == "128"
+    m.fairseq("teacher", tmp_path / "t.pt", report.Setting(64, threads=2), shards=3, tag="probe")
+    cmd, env = runs["fairseq-generate"]
+    assert env["OMP_NUM_THREADS"] == "2" and cmd[cmd.index("--distributed-world-size") + 1] == "3"
+
+
+def test_speed_search_tries_sizes_then_thread_layouts_and_keeps_the_fastest():
+    """Each engine's best setting (issue 71): every batch size with the first thread layout, then the
+    other layouts at the fastest size; each candidate timed once; the fastest is returned."""
+    from deepnmt_fairseq.distill.report import Setting, search
+
+    speed = {(32, 2): 100.0, (64, 2): 180.0, (128, 2): 150.0, (64, 1): 200.0, (32, 1): 999.0}
+    timed = []
+
+    def measure(s):
+        timed.append((s.batch_size, s.threads))
+        return speed[s.batch_size, s.threads]
+
+    best, tried = search(measure, (64, 32, 128, 64), [Setting(0, 2), Setting(0, 1)], "fairseq-generate", log=lambda m: None)
+    assert best == Setting(64, 1)  # 1 thread at the fastest size beats 2; (32, 1) is never tried
+    assert timed == [(32, 2), (64, 2), (128, 2), (64, 1)]
+    assert [t["tokens_per_s"] for t in tried] == [100.0, 180.0, 150.0, 200.0]
+    assert tried[-1]["setting"] == "fairseq-generate, 1 torch thread, batches of 64"
+    # one candidate (no search): returned without timing it
+    assert search(measure, (64,), [Setting(0, 2)], "fairseq-generate") == (Setting(64, 2), [])
+    assert len(timed) == 4
+    # the slower layout loses: the first layout's best is kept
+    speed[64, 1] = 10.0
+    best, _ = search(measure, (32, 64, 128), [Setting(0, 2), Setting(0, 1)], "fairseq-generate", log=lambda m: None)
+    assert best == Setting(64, 2)

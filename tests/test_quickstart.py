@@ -53,6 +53,15 @@ def test_quickstart_smoke_and_rerun(tmp_path):
     assert len(train_cmds) == 2 and "--deep-memory msc" in train_cmds[0] and "--deep-memory" not in train_cmds[1]
     assert "skd-bin" in train_cmds[1]  # the student learns from the MSC teacher's translations
     assert " --max-update 8 " in train_cmds[1]  # twice the teacher's 4 updates
+    assert " --decoder-layers 1 " in train_cmds[1]  # the default student shape, 6-1 (issue 71)
+    # each engine measured at the fastest of the settings its probes tried (issue 71)
+    for name, kind, n_tried in (("teacher fairseq-generate", "batched", 5), ("teacher fairseq-generate", "single", 2),
+                                ("student deepnmt-translate", "batched", 5), ("student deepnmt-translate", "single", 2)):
+        tried = rep["settings_search"][name][kind]
+        assert len(tried) == n_tried, (name, kind, tried)
+        chosen = rep["systems"][name][kind]["setting"]
+        assert chosen == max(tried, key=lambda t: t["tokens_per_s"])["setting"], (name, kind, chosen, tried)
+    assert rep["machine"]["kernels"] and "Settings searched" in (work / "distill" / "report" / "report.md").read_text()
     assert "estimated time on this machine (" in out  # printed before the first step
 
     stamp = (work / "checkpoints" / "checkpoint_avg.pt").stat().st_mtime

@@ -81,6 +81,7 @@ def run(a) -> int:
                           test_reference=Path(a.test_reference).resolve(), cpu=cpu, beam=a.beam, lenpen=a.lenpen,
                           max_len_a=a.max_len_a, max_len_b=a.max_len_b, batch_size=a.batch_size,
                           ct2_batch_size=a.ct2_batch_size, single_sentences=a.single_sentences,
+                          search=not (a.tiny or a.no_speed_search),
                           settings_note="deepnmt-distill " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:])))
     stages = [*plan.stages, Stage("report", [], report_dir / "report.json", what="report: quality, speed, size",
                                   call=lambda: build_report(inputs, runner.log))]
@@ -89,7 +90,8 @@ def run(a) -> int:
             print(f"{i}. {st.name}{' (done)' if st.is_done() else ''}: {st.command_line()}")
         return 0
     # what decides the outputs; not the device (a run moved between a GPU and a CPU node may resume)
-    settings = {k: v for k, v in vars(a).items() if k not in ("work_dir", "cpu", "dry_run", "student_depth_cap")}
+    settings = {k: v for k, v in vars(a).items() if k not in ("work_dir", "cpu", "dry_run", "student_depth_cap",
+                                                                "no_speed_search")}
     if settings.get("student") == "auto":  # the default shape: work directories made before --student existed
         del settings["student"]
     for k in ("teacher", "data", "test_source", "test_reference", "bpe_codes", "spm_model"):

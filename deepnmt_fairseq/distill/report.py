@@ -7,22 +7,32 @@ pipeline (:class:`deepnmt_deploy.text.TextPipeline`, the one ``deepnmt-translate
 three systems are detokenized alike.
 
 Speed: target tokens per second, ``</s>`` counted as fairseq counts it, each engine at its best
-setting on a 2-vCPU machine (docs/deployment.md):
+setting on this machine, found by a search in the same run (issue 71: "each engine at its best
+thread setting", "fairseq-generate's best batch size and threads"; :func:`search`):
 
-* fairseq-generate with 2 torch threads (``OMP_NUM_THREADS=2``): batches of ``batch_size``
-  sentences over the whole test set, its own "Translated ... tokens" count and timer (model
-  loading excluded).  When the machine is already loaded as the measurement starts (load
-  average >= cores) fairseq gets 1 thread instead: there OpenMP's spinning makes 2 threads many
-  times slower (benchmarks/deploy_speed.py probes the same choice); the report states it;
-* ``deepnmt-translate``: batched with ``--inter-threads 2 --intra-threads 1``, one sentence at a
-  time with ``--intra-threads 1``; its own count and timer (tokenization and detokenization
-  included: what a user gets);
-* one sentence at a time: ``--batch-size 1`` on an evenly spread subset of about
-  ``single_sentences`` test sentences (fairseq-generate's batch sharding,
-  ``--distributed-world-size K --distributed-rank 0``: every K-th sentence in length order), the
-  same sentences for every engine.
+* the teacher's fairseq-generate (its own "Translated ... tokens" count and timer, model loading
+  excluded): batched, ``--batch-size`` of :data:`FAIRSEQ_BATCH_SIZES` (and ``batch_size``) with
+  every core's torch threads, then 1 torch thread at the fastest size; one sentence at a time,
+  every core's threads and 1 thread;
+* the served student's ``deepnmt-translate`` (its own count and timer, tokenization and
+  detokenization included: what a user gets): batched, ``--batch-size`` of :data:`CT2_BATCH_SIZES`
+  (and ``ct2_batch_size``) with ``--inter-threads <cores> --intra-threads 1`` (parallel batches),
+  then ``--inter-threads 1 --intra-threads <cores>`` at the fastest size; one sentence at a time,
+  ``--intra-threads`` 1 and every core;
+* each candidate is timed on a probe: every :data:`PROBE_EVERY`-th sentence of the set it is chosen
+  for; the chosen setting is then measured on the whole set (the batched rows: the whole test set;
+  the one-sentence rows: ``--batch-size 1`` on an evenly spread subset of about ``single_sentences``
+  test sentences, fairseq-generate's batch sharding ``--distributed-world-size K
+  --distributed-rank 0``, every K-th sentence in length order, the same sentences for every
+  engine).  The student's fairseq-generate rows (for its BLEU) use the teacher's chosen settings.
+  Every candidate's rate is in ``report.json`` (``search``) and ``report.md``;
+* ``search=False`` (``deepnmt-distill --tiny``, ``--no-speed-search``): no probes; fairseq with
+  every core's threads (1 when the machine is already loaded as the report starts: there OpenMP's
+  spinning makes more threads many times slower), batches of ``batch_size``; CTranslate2 with
+  parallel batches of ``ct2_batch_size`` and 1 intra thread.
 
-On a GPU (no ``--cpu``) the thread settings do not apply and are not set.  Before each
+CTranslate2 runs with ``OMP_NUM_THREADS=1`` in its environment (its threads are its own flags).  On
+a GPU (no ``--cpu``) the thread settings do not apply: only batch sizes are searched.  Before each
 measurement the 1-minute load average is recorded; a measurement started with a load average
 at or above the number of cores is marked as taken on a loaded machine (other processes were
 competing for every core).
@@ -36,9 +46,9 @@ import os
 import re
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from ..jobs.fairseq_argv import fairseq_generate
 
@@ -64,6 +74,54 @@ class ReportInputs:
     ct2_batch_size: int = 32
     single_sentences: int = 300
     settings_note: str = ""
+    search: bool = True  # each engine's best setting searched first (module doc)
+
+
+#: the batch sizes tried for each engine's batched speed (module doc), with the report's own
+FAIRSEQ_BATCH_SIZES = (32, 64, 128, 256)
+CT2_BATCH_SIZES = (16, 32, 64, 128)
+#: a candidate setting is timed on every PROBE_EVERY-th sentence of the set it is chosen for
+PROBE_EVERY = 3
+
+
+@dataclass(frozen=True)
+class Setting:
+    """How an engine runs: its batch size, its threads on the CPU (fairseq-generate: torch threads,
+    ``OMP_NUM_THREADS``; deepnmt-translate: ``--intra-threads``; 0: not set, the GPU) and
+    CTranslate2's ``--inter-threads`` (batches translated in parallel)."""
+    batch_size: int
+    threads: int = 0
+    inter: int = 1
+
+    def describe(self, engine: str) -> str:
+        size = "one sentence at a time" if self.batch_size == 1 else f"batches of {self.batch_size}"
+        if not self.threads:
+            return f"{engine}, GPU, {size}"
+        if engine == "fairseq-generate":
+            return f"{engine}, {self.threads} torch thread{'s' if self.threads > 1 else ''}, {size}"
+        return f"{engine} (CTranslate2), inter_threads {self.inter} x intra_threads {self.threads}, {size}"
+
+
+def search(measure: Callable[[Setting], float], sizes, layouts: List[Setting], engine: str,
+           log: Callable[[str], None] = print) -> Tuple[Setting, List[dict]]:
+    """The fastest setting by ``measure`` (tokens/s on a probe): each batch size of ``sizes`` with the
+    first thread layout of ``layouts``, then the other layouts at the fastest size.  Returns it and
+    every candidate's rate, in the order tried.  One candidate: returned untimed."""
+    sizes = sorted(set(sizes))
+    first = [replace(layouts[0], batch_size=b) for b in sizes]
+    if len(first) == 1 and len(layouts) == 1:
+        return first[0], []
+    rates: Dict[Setting, float] = {}
+
+    def rate(s: Setting) -> float:
+        if s not in rates:
+            rates[s] = measure(s)
+            log(f"  probe: {s.describe(engine)}: {rates[s]:.0f} tok/s")
+        return rates[s]
+
+    best = max(first, key=rate)
+    best = max([best, *(replace(lay, batch_size=best.batch_size) for lay in layouts[1:])], key=rate)
+    return best, [{"setting": k.describe(engine), "tokens_per_s": v} for k, v in rates.items()]
 
 
 def params_of(checkpoint: Path) -> int:
@@ -88,82 +146,91 @@ def load_now() -> Dict[str, float]:
 
 
 class Measure:
+    """Runs the engines on the test set (or a probe of it) with a given :class:`Setting`."""
+
     def __init__(self, r: ReportInputs, runner_log: Callable[[str], None]):
         from ..console import child_env, exe
+        from ..machine import cores
 
-        self.r, self.log, self.exe = r, runner_log, exe
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        # fairseq's torch threads, chosen once for every fairseq measurement (module doc)
-        self.threads = 1 if load_now()["loaded"] else 2
-        # CTranslate2's OpenMP pool matches its own --intra-threads 1: with fairseq's OMP_NUM_THREADS=2
-        # in its environment, one-sentence decoding measured 10x slower (271 against 2941 tok/s,
-        # the quickstart's student, idle machine); its threads are set by its own flags
-        self.ct2_env = child_env(dict(env, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1") if r.cpu else env)
-        if r.cpu:  # each engine at its best thread setting on the CPU (module doc)
-            env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
-        self.env = child_env(env)
+        self.r, self.log, self.exe, self.child_env = r, runner_log, exe, child_env
+        self.base = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.cores = cores()
+        # without a search: every core's torch threads, 1 on a loaded machine (module doc)
+        self.default_threads = (1 if load_now()["loaded"] else self.cores) if r.cpu else 0
         self.tmp = r.out
         self.tmp.mkdir(parents=True, exist_ok=True)
 
-    def _run(self, argv: List[str], stdout: Path, stderr: Path, env: Optional[dict] = None) -> None:
+    def env(self, threads: int) -> dict:
+        """The child environment with ``threads`` OpenMP/MKL threads (0: left as it is)."""
+        env = dict(self.base)
+        if threads:
+            env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        return self.child_env(env)
+
+    def _run(self, argv: List[str], stdout: Path, stderr: Path, env: dict) -> None:
         cmd = [self.exe(argv[0]), *[str(a) for a in argv[1:]]]
         self.log("$ " + " ".join([argv[0], *cmd[1:]]))
         with open(stdout, "w", encoding="utf-8") as o, open(stderr, "w", encoding="utf-8") as e:
-            res = subprocess.run(cmd, stdout=o, stderr=e, env=self.env if env is None else env)
+            res = subprocess.run(cmd, stdout=o, stderr=e, env=env)
         if res.returncode:
             tail = stderr.read_text(encoding="utf-8", errors="replace")[-3000:]
             raise RuntimeError(f"{argv[0]} failed (exit {res.returncode}); end of {stderr}:\n{tail}")
 
-    def fairseq(self, name: str, model: Path, shards: int = 1) -> dict:
-        """fairseq-generate on the test split: hypotheses (subword strings by id) and speed."""
+    def fairseq(self, name: str, model: Path, s: Setting, shards: int = 1, tag: str = "") -> dict:
+        """fairseq-generate on the test split (every ``shards``-th sentence in length order when
+        ``shards`` > 1): hypotheses (subword strings by id) and speed."""
         from ..generate_output import parse_generate
 
         r = self.r
-        single = shards > 1 or r.batch_size == 1
         argv = fairseq_generate(r.data, ["--path", model, "--gen-subset", "test", "--beam", r.beam, "--lenpen",
                                          r.lenpen, "--max-len-a", r.max_len_a, "--max-len-b", r.max_len_b,
-                                         "--required-batch-size-multiple", "1", "--batch-size",
-                                         1 if single else r.batch_size,
+                                         "--required-batch-size-multiple", "1", "--batch-size", s.batch_size,
                                          *(["--distributed-world-size", shards, "--distributed-rank", 0]
                                            if shards > 1 else []), *(["--cpu"] if r.cpu else [])])
         load = load_now()
-        kind = "single" if single else "batched"
-        out = self.tmp / f"{name}-{kind}.generate.txt"
-        self._run(argv, out, out.with_suffix(".log"))
+        out = self.tmp / f"{name}-{tag or ('single' if s.batch_size == 1 else 'batched')}.generate.txt"
+        self._run(argv, out, out.with_suffix(".log"), self.env(s.threads))
         parsed = parse_generate(out.read_text(encoding="utf-8") + out.with_suffix(".log").read_text(encoding="utf-8"))
         if "gen_tokens" not in parsed:
             raise RuntimeError(f"{out.with_suffix('.log')}: no 'Translated ... tokens' line from fairseq-generate")
         return {"hyps": parsed["hyps"], "tokens": parsed["gen_tokens"], "seconds": parsed["decode_seconds"],
                 "tokens_per_s": round(parsed["gen_tokens"] / max(parsed["decode_seconds"], 1e-9), 1),
-                "sentences": len(parsed["hyps"]), "load": load,
-                "setting": ("fairseq-generate, " + (f"{self.threads} torch thread{'s' if self.threads > 1 else ''}"
-                                                    f"{' (machine loaded)' if self.threads == 1 else ''}, "
-                                                    if r.cpu else "GPU, ")
-                            + ("one sentence at a time" if single else f"batches of {r.batch_size}"))}
+                "sentences": len(parsed["hyps"]), "load": load, "setting": s.describe("fairseq-generate")}
 
-    def ct2(self, name: str, source: Path, single: bool) -> dict:
+    def ct2(self, name: str, source: Path, s: Setting, tag: str = "") -> dict:
+        """deepnmt-translate on the raw lines of ``source``: translations and speed."""
         r = self.r
-        out = self.tmp / f"{name}-{'single' if single else 'batched'}.hyp"
-        threads = (["--inter-threads", 1, "--intra-threads", 1] if single else ["--inter-threads", 2, "--intra-threads", 1])
+        out = self.tmp / f"{name}-{tag or ('single' if s.batch_size == 1 else 'batched')}.hyp"
         argv = ["deepnmt-translate", "--model", r.ct2, "--input", source, "--output", out, "--beam", r.beam,
                 "--lenpen", r.lenpen, "--max-len-a", r.max_len_a, "--max-len", r.max_len_b,
-                "--batch-size", 1 if single else r.ct2_batch_size, "--no-progress",
-                "--device", "cpu" if r.cpu else "cuda", *(threads if r.cpu else [])]
+                "--batch-size", s.batch_size, "--no-progress", "--device", "cpu" if r.cpu else "cuda",
+                *(["--inter-threads", s.inter, "--intra-threads", s.threads] if s.threads else [])]
         load = load_now()
-        self._run(argv, self.tmp / f"{name}.stdout", out.with_suffix(".log"), env=self.ct2_env)
+        # CTranslate2's OpenMP pool follows its own --intra-threads only with OMP_NUM_THREADS=1 in its
+        # environment: with fairseq's 2, one-sentence decoding measured 10x slower (271 against 2941
+        # tok/s, the quickstart's student, idle machine)
+        self._run(argv, out.with_suffix(".stdout"), out.with_suffix(".log"), self.env(1 if r.cpu else 0))
         m = None
         for m in _TRANSLATE.finditer(out.with_suffix(".log").read_text(encoding="utf-8")):
             pass
         if not m:
             raise RuntimeError(f"{out.with_suffix('.log')}: no summary line from deepnmt-translate")
         lines = out.read_text(encoding="utf-8").split("\n")[:-1]
-        setting = ("deepnmt-translate (CTranslate2), " + (("intra_threads 1, one sentence at a time" if single else
-                   f"inter_threads 2 x intra_threads 1, batches of {r.ct2_batch_size}") if r.cpu else
-                   ("GPU, one sentence at a time" if single else f"GPU, batches of {r.ct2_batch_size}")))
         rate = float(m[4])
         return {"lines": lines, "tokens": int(m[2]), "seconds": round(int(m[2]) / max(rate, 1e-9), 3),
-                "tokens_per_s": rate, "sentences": len(lines),
-                "load": load, "setting": setting}
+                "tokens_per_s": rate, "sentences": len(lines), "load": load,
+                "setting": s.describe("deepnmt-translate")}
+
+    def layouts(self, engine: str, single: bool) -> List[Setting]:
+        """The thread layouts :func:`search` tries (module doc); the first alone without a search."""
+        c = self.cores
+        if not self.r.cpu:
+            return [Setting(0)]
+        if engine == "fairseq-generate":
+            found = [Setting(0, c), Setting(0, 1)] if self.r.search else [Setting(0, self.default_threads)]
+        else:  # CTranslate2: parallel batches first (one sentence: one thread first)
+            found = [Setting(0, 1, 1), Setting(0, c, 1)] if single else [Setting(0, 1, c), Setting(0, c, 1)]
+        return list(dict.fromkeys(found))[:None if self.r.search else 1]
 
 
 def sacrebleu_of(hyps: List[str], refs: List[str]) -> Dict[str, object]:
@@ -190,6 +257,8 @@ def build_report(r: ReportInputs, log: Callable[[str], None] = print) -> dict:
                          f"{len(refs)}")
     meta = read_metadata(str(r.ct2))
     pipeline = TextPipeline(Tokenization.from_dict(meta["tokenization"]), str(r.ct2))
+    from ..machine import describe
+
     m = Measure(r, log)
     n = len(srcs)
     shards = max(2, math.ceil(n / max(1, r.single_sentences))) if r.single_sentences < n else 1
@@ -202,10 +271,28 @@ def build_report(r: ReportInputs, log: Callable[[str], None] = print) -> dict:
         return [pipeline.decode(run["hyps"][i].split()) for i in ids]
 
     t0 = time.time()
-    log("measuring: batched (whole test set), then one sentence at a time")
-    runs = {"teacher fairseq-generate": m.fairseq("teacher", r.teacher),
-            "student fairseq-generate": m.fairseq("student", r.student),
-            "student deepnmt-translate": m.ct2("student-ct2", Path(r.test_source), single=False)}
+    # each engine's fastest setting, batched and one sentence at a time (module doc); CTranslate2's
+    # probes: every PROBE_EVERY-th raw line (of the whole set / of every `shards`-th line)
+    probes = {}
+    for single, every in ((False, PROBE_EVERY), (True, shards * PROBE_EVERY)):
+        probe_src = m.tmp / f"probe-{'single' if single else 'batched'}.src"
+        probe_src.write_text("".join(line + "\n" for line in srcs[::every]), encoding="utf-8")
+        fs_sizes = (1,) if single else ((*FAIRSEQ_BATCH_SIZES, r.batch_size) if r.search else (r.batch_size,))
+        ct_sizes = (1,) if single else ((*CT2_BATCH_SIZES, r.ct2_batch_size) if r.search else (r.ct2_batch_size,))
+        probes[single] = {
+            "teacher fairseq-generate": search(
+                lambda st, k=every: m.fairseq("teacher", r.teacher, st, k, tag="probe")["tokens_per_s"],
+                fs_sizes, m.layouts("fairseq-generate", single), "fairseq-generate", log),
+            "student deepnmt-translate": search(
+                lambda st, f=probe_src: m.ct2("student-ct2", f, st, tag="probe")["tokens_per_s"],
+                ct_sizes, m.layouts("deepnmt-translate", single), "deepnmt-translate", log)}
+    best = {(name, single): probes[single][name][0] for single in probes for name in probes[single]}
+    fs_batched, fs_single = best["teacher fairseq-generate", False], best["teacher fairseq-generate", True]
+    log("measuring with each engine's setting: batched (whole test set), then one sentence at a time")
+    runs = {"teacher fairseq-generate": m.fairseq("teacher", r.teacher, fs_batched),
+            "student fairseq-generate": m.fairseq("student", r.student, fs_batched),
+            "student deepnmt-translate": m.ct2("student-ct2", Path(r.test_source),
+                                               best["student deepnmt-translate", False])}
     systems = {}
     for name, run in runs.items():
         hyps = run.pop("lines") if "lines" in run else text_of(run, name, "--test-source")
@@ -214,17 +301,19 @@ def build_report(r: ReportInputs, log: Callable[[str], None] = print) -> dict:
             raise ValueError(f"{name}: {len(hyps)} translations for {n} test sentences")
         (m.tmp / f"{name.replace(' ', '.')}.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
         systems[name] = {**sacrebleu_of(hyps, refs), "batched": run}
-    teacher_single = m.fairseq("teacher", r.teacher, shards)
-    student_single = m.fairseq("student", r.student, shards)
+    teacher_single = m.fairseq("teacher", r.teacher, fs_single, shards)
+    student_single = m.fairseq("student", r.student, fs_single, shards)
     ids = sorted(teacher_single.pop("hyps"))
     student_single.pop("hyps")
     subset = m.tmp / "single.src"
     subset.write_text("".join(srcs[i] + "\n" for i in ids), encoding="utf-8")
-    ct2_single = m.ct2("student-ct2", subset, single=True)
+    ct2_single = m.ct2("student-ct2", subset, best["student deepnmt-translate", True])
     ct2_single.pop("lines")
     systems["teacher fairseq-generate"]["single"] = teacher_single
     systems["student fairseq-generate"]["single"] = student_single
     systems["student deepnmt-translate"]["single"] = ct2_single
+    settings_search = {name: {("single" if single else "batched"): probes[single][name][1] for single in probes}
+                       for name in probes[False]}
     base = systems["teacher fairseq-generate"]
     served = systems["student deepnmt-translate"]
     summary = {
@@ -243,13 +332,23 @@ def build_report(r: ReportInputs, log: Callable[[str], None] = print) -> dict:
                        "single_sentences": len(ids)},
               "search": {"beam": r.beam, "lenpen": r.lenpen, "max_len_a": r.max_len_a, "max_len_b": r.max_len_b},
               "device": "cpu" if r.cpu else "cuda", "systems": systems, "summary": summary, "sizes": sizes,
-              "loaded_machine": loaded, "measured_seconds": round(time.time() - t0, 1),
+              "machine": {k: v for k, v in describe().items() if k != "threads"},
+              "loaded_machine": loaded, "settings_search": settings_search,
+              "probe_every": PROBE_EVERY, "measured_seconds": round(time.time() - t0, 1),
               "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "settings": r.settings_note}
     (r.out / "report.md").write_text(markdown(report), encoding="utf-8")
     tmp = r.out / "report.json.tmp"
     tmp.write_text(json.dumps(report, indent=2) + "\n")
     os.replace(tmp, r.out / "report.json")
     return report
+
+
+def _machine(rep: dict) -> str:
+    mc = rep.get("machine")
+    if not mc:
+        return ""
+    gpu = f", {mc['gpu']}" if mc.get("gpu") else ""
+    return f" ({mc['cpu']}, {mc['kernels']} kernels, {mc['cores']} cores{gpu}; torch {mc['torch']})"
 
 
 def _mb(b: int) -> str:
@@ -262,7 +361,7 @@ def markdown(rep: dict) -> str:
              f"Raw test set: {rep['test']['source']} ({rep['test']['sentences']} sentences; one at a time: "
              f"{rep['test']['single_sentences']} of them, evenly spread in length order). Search: beam "
              f"{rep['search']['beam']}, lenpen {rep['search']['lenpen']}, max length {rep['search']['max_len_a']} x "
-             f"source + {rep['search']['max_len_b']}. Device: {rep['device']}. Measured {rep['measured_at']} in one run "
+             f"source + {rep['search']['max_len_b']}. Device: {rep['device']}{_machine(rep)}. Measured {rep['measured_at']} in one run "
              f"({rep['measured_seconds']} s).", "",
              "| system | sacreBLEU | batched tok/s | one sentence tok/s | setting (batched; single) |",
              "|---|---|---|---|---|"]
@@ -288,6 +387,15 @@ def markdown(rep: dict) -> str:
                      f"{', '.join(loads)}.")
     else:
         lines.append(f"No measurement started on a loaded machine (load averages: {', '.join(loads)}).")
+    searched = rep.get("settings_search") or {}
+    if any(tried for v in searched.values() for tried in v.values()):
+        lines += ["", f"Settings searched (tok/s on a probe, every {rep['probe_every']}th sentence of the set; the "
+                      "fastest is measured on the whole set above):"]
+        for name, kinds in searched.items():
+            for kind, tried in kinds.items():
+                if tried:
+                    lines.append(f"- {name}, {kind}: " + "; ".join(
+                        f"{t['setting'].split(', ', 1)[1]}: {t['tokens_per_s']:.0f}" for t in tried))
     if rep.get("settings"):
         lines += ["", f"Command: `{rep['settings']}`"]
     return "\n".join(lines) + "\n"
