@@ -1,0 +1,215 @@
+#!/usr/bin/env python
+"""Train deep, serve shallow at the evidence study's scale (issue 71, target 1): a converged
+24-layer teacher of the study distilled into served int8 students of several shapes, one table.
+
+    python benchmarks/serve_study.py [--teacher-record NAME] [--students 6-1 desdar 6-1-scratch]
+        [--student-updates 3200] [--jobs 2] [--work-dir work/serve-study]
+        [--out benchmarks/results/distill-study] [--remeasure]
+
+1. data: the study's (``benchmarks/fidelity.py --preset cpu --prepare-only``: the bundled
+   LibreOffice-help corpus, 18,000 training pairs, its tokenization and BPE);
+2. teacher: by default the converged 24-layer record of the study with the lowest valid NLL
+   (``benchmarks/results/fidelity/cpu/conv-*-24-s*.json``), trained again by its recorded
+   ``fairseq-train`` command into ``WORK/teacher`` (it stops by its own ``--patience``; resumable);
+3. students: ``deepnmt-distill --teacher WORK/teacher`` (its last 3 checkpoints averaged, as the
+   study reads BLEU) with one ``--student`` shape each (:data:`STUDENTS`), the study's pre-norm
+   optimization flags and the study's search (beam 4, lenpen 1.0, max length 1.2 x source + 10).
+   The first student runs alone and makes the SKD data (the averaged teacher's beam-4 translations
+   of the training set); the others reuse it (``WORK/<student>/skd-bin`` links to it: the same
+   teacher, the same SKD settings) and train ``--jobs`` at a time, one torch thread each;
+4. every report that was measured on a loaded machine (the parallel students' reports are) is
+   measured again alone (``--remeasure``: every report), the old one kept as ``report.loaded-N``;
+5. ``OUT/table.md`` and ``OUT/table.json``: one row per student (sacreBLEU of the teacher, the
+   student and the served student; tokens/s of both engines batched and one sentence at a time,
+   each at the setting its report's search chose; the speed-ups; parameters), with the commands;
+   every report is copied to ``OUT/<student>/``.
+
+Every step is skipped when its output is complete, so the study survives being stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RECORDS = REPO / "benchmarks" / "results" / "fidelity" / "cpu"
+DATA_WORK = REPO / "work" / "fidelity" / "cpu"  # benchmarks/fidelity.py --preset cpu's work directory
+
+#: student name -> deepnmt-distill flags (its --student presets; "-scratch": fairseq's initialisation)
+STUDENTS = {
+    "6-3": ["--student", "6-3"],
+    "6-1": ["--student", "6-1"],
+    "12-1": ["--student", "12-1"],
+    "desdar": ["--student", "desdar"],
+    "6-1-scratch": ["--student", "6-1", "--student-init", "scratch"],
+}
+#: the study's optimization flags of its pre-norm models (the students are pre-norm), as recorded
+#: in benchmarks/results/fidelity/cpu/conv-prenorm-6-s1.json
+STUDY_TRAIN_ARGS = ("--criterion label_smoothed_cross_entropy --label-smoothing 0.1 --optimizer adam "
+                    "--adam-betas '(0.9, 0.98)' --clip-norm 0.0 --lr 0.003 --lr-scheduler inverse_sqrt "
+                    "--warmup-updates 150 --max-tokens 2048")
+
+
+def log(msg: str) -> None:
+    print(f"[serve-study {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def best_teacher_record() -> str:
+    """The converged 24-layer record with the lowest valid NLL (issue 71: "the best by valid")."""
+    recs = [json.loads(Path(f).read_text()) for f in sorted(glob.glob(str(RECORDS / "conv-*-24-s*.json")))]
+    recs = [r for r in recs if r.get("valid_nll") is not None and not r.get("diverged")]
+    return min(recs, key=lambda r: r["valid_nll"])["name"]
+
+
+def teacher_argv(record: dict, save_dir: Path) -> list:
+    from deepnmt_fairseq.jobs.fairseq_argv import user_dir
+
+    words = shlex.split(record["command"].replace("$(deepnmt-user-dir)", user_dir()))
+    i = words.index("--save-dir")
+    words[i + 1] = str(save_dir)
+    return words
+
+
+def distill_argv(name: str, a, work: Path) -> list:
+    tok = DATA_WORK / "tok"
+    return ["deepnmt-distill", "--teacher", str(work / "teacher"), "--data", str(DATA_WORK / "data-bin"),
+            "--work-dir", str(work / name), "--test-source", str(tok / "test.raw.en"),
+            "--test-reference", str(tok / "test.raw.de"), "--bpe-codes", str(tok / "bpe.codes"),
+            *STUDENTS[name], "--student-args", "--attention-dropout 0.0",
+            "--train-args", STUDY_TRAIN_ARGS, "--student-updates", str(a.student_updates),
+            "--save-interval-updates", "100", "--average", "3", "--seed", "1",
+            "--beam", "4", "--lenpen", "1.0", "--max-len-a", "1.2", "--max-len-b", "10", "--cpu"]
+
+
+def run(argv: list, log_file: Path, threads: int, wait: bool = True):
+    from deepnmt_fairseq.console import child_env, exe
+
+    env = child_env(dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads),
+                         MKL_NUM_THREADS=str(threads)))
+    log(f"$ {' '.join(shlex.quote(w) for w in argv)}  (log: {log_file}, {threads} torch thread(s))")
+    f = open(log_file, "a", encoding="utf-8")
+    proc = subprocess.Popen([exe(argv[0]), *argv[1:]], stdout=f, stderr=subprocess.STDOUT, env=env)
+    if wait:
+        if proc.wait():
+            raise SystemExit(f"{argv[0]} failed (exit {proc.returncode}); see {log_file}")
+    return proc
+
+
+def report_of(work: Path, name: str) -> Path:
+    return work / name / "report" / "report.json"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--teacher-record", help="a record of benchmarks/results/fidelity/cpu (default: the converged "
+                                            "24-layer one with the lowest valid NLL)")
+    p.add_argument("--students", nargs="+", default=["6-1", "desdar", "6-1-scratch"], choices=list(STUDENTS))
+    p.add_argument("--student-updates", type=int, default=3200)
+    p.add_argument("--jobs", type=int, default=2, help="students trained at once after the first (1 thread each)")
+    p.add_argument("--work-dir", default=str(REPO / "work" / "serve-study"))
+    p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "distill-study"))
+    p.add_argument("--remeasure", action="store_true", help="measure every report again, alone")
+    a = p.parse_args(argv)
+    work, out = Path(a.work_dir).resolve(), Path(a.out).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    cores = len(os.sched_getaffinity(0))
+
+    if not (DATA_WORK / "data-bin" / "dict.en.txt").exists():
+        subprocess.run([sys.executable, str(REPO / "benchmarks" / "fidelity.py"), "--preset", "cpu", "--prepare-only"],
+                       check=True)
+    name = a.teacher_record or best_teacher_record()
+    record = json.loads((RECORDS / f"{name}.json").read_text())
+    log(f"teacher: {name} (study: valid NLL {record['valid_nll']}, test sacreBLEU {record['bleu']}, stopped at "
+        f"{record['stopped_at']} updates)")
+    tdir = work / "teacher"
+    if not (tdir / ".done").exists():
+        tdir.mkdir(parents=True, exist_ok=True)
+        run(teacher_argv(record, tdir), tdir / "train.log", cores)
+        (tdir / ".done").write_text(json.dumps({"record": name, "finished": time.strftime("%Y-%m-%d %H:%M:%S")}))
+
+    first, rest = a.students[0], a.students[1:]
+    if not report_of(work, first).exists():
+        run(distill_argv(first, a, work), work / f"{first}.log", cores)
+    skd = work / first / "skd-bin"
+    pending = [s for s in rest if not report_of(work, s).exists()]
+    running = []
+    while pending or running:
+        while pending and len(running) < max(1, a.jobs):
+            s = pending.pop(0)
+            (work / s).mkdir(parents=True, exist_ok=True)
+            if not (work / s / "skd-bin").exists():
+                os.symlink(skd, work / s / "skd-bin")  # the same teacher's SKD data (module doc)
+            running.append((s, run(distill_argv(s, a, work), work / f"{s}.log", max(1, cores // a.jobs), wait=False)))
+        time.sleep(10)
+        for s, proc in list(running):
+            if proc.poll() is not None:
+                running.remove((s, proc))
+                if proc.returncode:
+                    raise SystemExit(f"deepnmt-distill for student {s} failed (exit {proc.returncode}); "
+                                     f"see {work / (s + '.log')}")
+    for s in a.students:  # a report measured on a loaded machine is measured again, alone
+        rep = json.loads(report_of(work, s).read_text())
+        if rep["loaded_machine"] or a.remeasure:
+            n = 1 + len(list((work / s).glob("report.loaded-*")))
+            os.replace(work / s / "report", work / s / f"report.loaded-{n}")
+            run(distill_argv(s, a, work), work / f"{s}.log", cores)
+    write_table(a, work, out, name, record)
+    return 0
+
+
+def write_table(a, work: Path, out: Path, name: str, record: dict) -> None:
+    rows = []
+    for s in a.students:
+        rep = json.loads(report_of(work, s).read_text())
+        dest = out / s
+        dest.mkdir(parents=True, exist_ok=True)
+        for f in ("report.json", "report.md"):
+            shutil.copy(work / s / "report" / f, dest / f)
+        sy, sm = rep["systems"], rep["summary"]
+        t, st, sv = sy["teacher fairseq-generate"], sy["student fairseq-generate"], sy["student deepnmt-translate"]
+        rows.append({"student": s, "flags": STUDENTS[s], "teacher_bleu": t["sacrebleu"], "student_bleu": st["sacrebleu"],
+                     "served_bleu": sv["sacrebleu"], "served_minus_teacher": sm["bleu_served_minus_teacher"],
+                     "teacher_tok_s": [t["batched"]["tokens_per_s"], t["single"]["tokens_per_s"]],
+                     "served_tok_s": [sv["batched"]["tokens_per_s"], sv["single"]["tokens_per_s"]],
+                     "speedup_batched": sm["speedup_batched"], "speedup_single": sm["speedup_single"],
+                     "student_parameters": rep["sizes"]["student"]["parameters"],
+                     "teacher_parameters": rep["sizes"]["teacher"]["parameters"],
+                     "loaded": rep["loaded_machine"], "machine": rep.get("machine"), "measured_at": rep["measured_at"],
+                     "command": " ".join(shlex.quote(w) for w in distill_argv(s, a, work))})
+    table = {"teacher_record": name, "teacher_command": record["command"], "study_bleu": record["bleu"],
+             "student_updates": a.student_updates, "rows": rows,
+             "command": "python benchmarks/serve_study.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])}
+    lines = ["# Train deep, serve shallow at the study's scale (issue 71)", "",
+             f"Teacher: `{name}` of the evidence study (24-layer encoder, 3-layer decoder, width 128; the study's "
+             f"record: valid NLL {record['valid_nll']}, test sacreBLEU {record['bleu']}), trained again by its "
+             f"recorded command; students: deepnmt-distill, {a.student_updates} updates on its SKD data. "
+             "Test: the study's 1,059 sentences, beam 4. Each engine at the fastest setting its report's search found.",
+             "", "| student | served sacreBLEU (teacher) | served - teacher | batched tok/s served / teacher | "
+                 "speed-up batched | one sentence tok/s served / teacher | speed-up single | student params |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['student']} | {r['served_bleu']} ({r['teacher_bleu']}) | {r['served_minus_teacher']:+.2f} | "
+                     f"{r['served_tok_s'][0]:.0f} / {r['teacher_tok_s'][0]:.0f} | {r['speedup_batched']}x | "
+                     f"{r['served_tok_s'][1]:.0f} / {r['teacher_tok_s'][1]:.0f} | {r['speedup_single']}x | "
+                     f"{r['student_parameters']:,} |")
+    mc = rows[0]["machine"] or {}
+    loaded = ", ".join(f"{r['student']}: {r['loaded']}" for r in rows if r["loaded"]) or "none"
+    lines += ["", f"Machine: {mc.get('cpu')}, {mc.get('kernels')} kernels, {mc.get('cores')} cores. Measurements "
+                  f"started on a loaded machine: {loaded}.",
+              "", f"Command: `{table['command']}`; each student's command and report: `{out.name}/<student>/`."]
+    (out / "table.json").write_text(json.dumps(table, indent=2) + "\n")
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

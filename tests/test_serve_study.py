@@ -1,0 +1,60 @@
+"""benchmarks/serve_study.py (issue 71, target 1): the teacher is the study's best 24-layer record by
+valid NLL, retrained by its own recorded command; the table reads each student's report."""
+
+import argparse
+import json
+from pathlib import Path
+
+import serve_study
+
+
+def test_teacher_is_the_lowest_valid_nll_24_layer_record_and_its_own_command(tmp_path):
+    recs = [json.loads(Path(f).read_text()) for f in sorted(serve_study.RECORDS.glob("conv-*-24-s*.json"))]
+    name = serve_study.best_teacher_record()
+    assert min(r["valid_nll"] for r in recs if r.get("valid_nll") is not None) == \
+        json.loads((serve_study.RECORDS / f"{name}.json").read_text())["valid_nll"]
+    record = json.loads((serve_study.RECORDS / f"{name}.json").read_text())
+    argv = serve_study.teacher_argv(record, tmp_path / "teacher")
+    assert argv[0] == "fairseq-train" and argv[argv.index("--save-dir") + 1] == str(tmp_path / "teacher")
+    assert "$(deepnmt-user-dir)" not in " ".join(argv) and Path(argv[argv.index("--user-dir") + 1]).is_dir()
+    # everything else is the record's command, word for word
+    rec_words = record["command"].split()
+    assert [w for w in argv if w.startswith("--")] == [w for w in rec_words if w.startswith("--")]
+    assert argv[argv.index("--patience") + 1] == rec_words[rec_words.index("--patience") + 1]
+
+
+def test_students_share_the_study_search_and_differ_only_in_shape(tmp_path):
+    a = argparse.Namespace(student_updates=3200)
+    argvs = {s: serve_study.distill_argv(s, a, tmp_path) for s in serve_study.STUDENTS}
+    for s, argv in argvs.items():
+        assert argv[argv.index("--beam") + 1] == "4"  # the study's BLEU: beam 4 (benchmarks/fidelity_eval.py)
+        assert argv[argv.index("--work-dir") + 1] == str(tmp_path / s)
+        assert argv[argv.index("--teacher") + 1] == str(tmp_path / "teacher")
+        rest = [w for w in argv if w not in serve_study.STUDENTS[s] and w != str(tmp_path / s)]
+        assert rest == [w for w in argvs["6-1"] if w not in serve_study.STUDENTS["6-1"] and w != str(tmp_path / "6-1")]
+    assert argvs["6-1-scratch"][argvs["6-1-scratch"].index("--student-init") + 1] == "scratch"
+
+
+def test_table_reads_every_students_report(tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    a = argparse.Namespace(student_updates=3200, students=["6-1", "desdar"])
+    for s, (bleu, tb, ts) in {"6-1": (22.5, 5000.0, 900.0), "desdar": (23.0, 2500.0, 500.0)}.items():
+        d = work / s / "report"
+        d.mkdir(parents=True)
+        sysm = lambda b, x, y: {"sacrebleu": b, "batched": {"tokens_per_s": x}, "single": {"tokens_per_s": y}}  # noqa
+        rep = {"systems": {"teacher fairseq-generate": sysm(23.4, 400.0, 60.0), "student fairseq-generate": sysm(bleu, 1, 1),
+                           "student deepnmt-translate": sysm(bleu, tb, ts)},
+               "summary": {"bleu_served_minus_teacher": round(bleu - 23.4, 2), "speedup_batched": round(tb / 400, 2),
+                           "speedup_single": round(ts / 60, 2)},
+               "sizes": {"student": {"parameters": 10}, "teacher": {"parameters": 20}}, "loaded_machine": [],
+               "machine": {"cpu": "X", "kernels": "AVX2", "cores": 2}, "measured_at": "now"}
+        (d / "report.json").write_text(json.dumps(rep))
+        (d / "report.md").write_text("r")
+    record = {"command": "fairseq-train x", "bleu": 23.42, "valid_nll": 3.75}
+    serve_study.write_table(a, work, out, "conv-x-24-s1", record)
+    table = json.loads((out / "table.json").read_text())
+    assert [r["student"] for r in table["rows"]] == ["6-1", "desdar"]
+    assert table["rows"][0]["speedup_batched"] == 12.5 and table["rows"][1]["served_minus_teacher"] == -0.4
+    md = (out / "table.md").read_text()
+    assert "| 6-1 | 22.5 (23.4) | -0.90 | 5000 / 400 | 12.5x | 900 / 60 | 15.0x | 10 |" in md
+    assert (out / "desdar" / "report.json").exists()
