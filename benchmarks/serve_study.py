@@ -2,7 +2,7 @@
 """Train deep, serve shallow at the evidence study's scale (issue 71, target 1): a converged
 24-layer teacher of the study distilled into served int8 students of several shapes, one table.
 
-    python benchmarks/serve_study.py [--teacher-record NAME] [--students 6-1 desdar 6-1-scratch]
+    python benchmarks/serve_study.py [--teacher-record NAME] [--students 6-1 desdar:1600 ...]
         [--student-updates 3200] [--jobs 2] [--work-dir work/serve-study]
         [--out benchmarks/results/distill-study] [--remeasure]
 
@@ -12,13 +12,16 @@
    (``benchmarks/results/fidelity/cpu/conv-*-24-s*.json``), trained again by its recorded
    ``fairseq-train`` command into ``WORK/teacher`` (it stops by its own ``--patience``; resumable);
 3. students: ``deepnmt-distill --teacher WORK/teacher`` (its last 3 checkpoints averaged, as the
-   study reads BLEU) with one ``--student`` shape each (:data:`STUDENTS`), the study's pre-norm
-   optimization flags and the study's search (beam 4, lenpen 1.0, max length 1.2 x source + 10).
-   The first student runs alone and makes the SKD data (the averaged teacher's beam-4 translations
-   of the training set); the others reuse it (``WORK/<student>/skd-bin`` links to it: the same
-   teacher, the same SKD settings) and train ``--jobs`` at a time, one torch thread each;
-4. every report that was measured on a loaded machine (the parallel students' reports are) is
-   measured again alone (``--remeasure``: every report), the old one kept as ``report.loaded-N``;
+   study reads BLEU) with one ``--student`` shape each (:data:`STUDENTS`; ``NAME:UPDATES`` gives a
+   student its own ``--student-updates``), the study's pre-norm optimization flags and the study's
+   search (beam 4, lenpen 1.0, max length 1.2 x source + 10).  The students train side by side
+   (``--jobs`` at a time, cores / jobs torch threads each) and stop before their reports
+   (``--no-report``); the first makes the SKD data (the averaged teacher's beam-4 translations of
+   the training set, one fairseq-generate per core), the others start when it is there and reuse it
+   (``WORK/<student>/skd-bin`` links to it: the same teacher, the same SKD settings);
+4. the reports, one student at a time on the otherwise idle machine (each engine at the best
+   setting its report's search finds); ``--remeasure`` measures them again (the old ones kept as
+   ``report.old-N``);
 5. ``OUT/table.md`` and ``OUT/table.json``: one row per student (sacreBLEU of the teacher, the
    student and the served student; tokens/s of both engines batched and one sentence at a time,
    each at the setting its report's search chose; the speed-ups; parameters), with the commands;
@@ -79,13 +82,25 @@ def teacher_argv(record: dict, save_dir: Path) -> list:
     return words
 
 
-def distill_argv(name: str, a, work: Path) -> list:
+def parse_student(spec: str):
+    """``NAME`` or ``NAME:UPDATES`` (a student of :data:`STUDENTS`, its own --student-updates)."""
+    name, _, updates = spec.partition(":")
+    if name not in STUDENTS:
+        raise argparse.ArgumentTypeError(f"{spec}: a student of {', '.join(STUDENTS)} (NAME or NAME:UPDATES)")
+    if updates and not updates.isdigit():
+        raise argparse.ArgumentTypeError(f"{spec}: UPDATES must be a number of updates")
+    return name, int(updates) if updates else None
+
+
+def distill_argv(name: str, updates: int, work: Path, cores: int = 2) -> list:
+    """One student's deepnmt-distill command (the SKD data: ``cores`` fairseq-generate shards at once)."""
     tok = DATA_WORK / "tok"
     return ["deepnmt-distill", "--teacher", str(work / "teacher"), "--data", str(DATA_WORK / "data-bin"),
             "--work-dir", str(work / name), "--test-source", str(tok / "test.raw.en"),
             "--test-reference", str(tok / "test.raw.de"), "--bpe-codes", str(tok / "bpe.codes"),
             *STUDENTS[name], "--student-args", "--attention-dropout 0.0",
-            "--train-args", STUDY_TRAIN_ARGS, "--student-updates", str(a.student_updates),
+            "--train-args", STUDY_TRAIN_ARGS, "--student-updates", str(updates),
+            "--skd-args", f"--jobs {cores} --shards {2 * cores}",
             "--save-interval-updates", "100", "--average", "3", "--seed", "1",
             "--beam", "4", "--lenpen", "1.0", "--max-len-a", "1.2", "--max-len-b", "10", "--cpu"]
 
@@ -112,13 +127,16 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher-record", help="a record of benchmarks/results/fidelity/cpu (default: the converged "
                                             "24-layer one with the lowest valid NLL)")
-    p.add_argument("--students", nargs="+", default=["6-1", "desdar", "6-1-scratch"], choices=list(STUDENTS))
-    p.add_argument("--student-updates", type=int, default=3200)
-    p.add_argument("--jobs", type=int, default=2, help="students trained at once after the first (1 thread each)")
+    p.add_argument("--students", nargs="+", type=parse_student, default=[("6-1", None), ("desdar", 1600)],
+                   metavar="NAME[:UPDATES]", help=f"students of {', '.join(STUDENTS)}, each with its own updates "
+                                                  "(default: 6-1 desdar:1600)")
+    p.add_argument("--student-updates", type=int, default=3200, help="updates of a student given without its own")
+    p.add_argument("--jobs", type=int, default=2, help="students trained at once (cores / jobs torch threads each)")
     p.add_argument("--work-dir", default=str(REPO / "work" / "serve-study"))
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "distill-study"))
-    p.add_argument("--remeasure", action="store_true", help="measure every report again, alone")
+    p.add_argument("--remeasure", action="store_true", help="measure every report again (the old one kept)")
     a = p.parse_args(argv)
+    a.students = [(n, u or a.student_updates) for n, u in a.students]
     work, out = Path(a.work_dir).resolve(), Path(a.out).resolve()
     work.mkdir(parents=True, exist_ok=True)
     cores = len(os.sched_getaffinity(0))
@@ -136,19 +154,23 @@ def main(argv=None) -> int:
         run(teacher_argv(record, tdir), tdir / "train.log", cores)
         (tdir / ".done").write_text(json.dumps({"record": name, "finished": time.strftime("%Y-%m-%d %H:%M:%S")}))
 
-    first, rest = a.students[0], a.students[1:]
-    if not report_of(work, first).exists():
-        run(distill_argv(first, a, work), work / f"{first}.log", cores)
+    # the students, side by side up to --jobs, each stopping before its report; the first makes the
+    # SKD data (--jobs shards at once), the others start when it is there and reuse it
+    threads = max(1, cores // max(1, a.jobs))
+    first = a.students[0][0]
     skd = work / first / "skd-bin"
-    pending = [s for s in rest if not report_of(work, s).exists()]
+    pending = [(s, u) for s, u in a.students if not (work / s / "ct2-int8" / ".done").exists()]
     running = []
     while pending or running:
-        while pending and len(running) < max(1, a.jobs):
-            s = pending.pop(0)
+        while pending and len(running) < max(1, a.jobs) and (pending[0][0] == first or (skd / ".done").exists()):
+            s, u = pending.pop(0)
             (work / s).mkdir(parents=True, exist_ok=True)
-            if not (work / s / "skd-bin").exists():
+            if s != first and not (work / s / "skd-bin").exists():
                 os.symlink(skd, work / s / "skd-bin")  # the same teacher's SKD data (module doc)
-            running.append((s, run(distill_argv(s, a, work), work / f"{s}.log", max(1, cores // a.jobs), wait=False)))
+            running.append((s, run(distill_argv(s, u, work, cores) + ["--no-report"], work / f"{s}.log", threads,
+                                   wait=False)))
+        if not running:
+            raise SystemExit(f"no SKD data at {skd}: the first student ({first}) did not make it; see {work / first}.log")
         time.sleep(10)
         for s, proc in list(running):
             if proc.poll() is not None:
@@ -156,19 +178,20 @@ def main(argv=None) -> int:
                 if proc.returncode:
                     raise SystemExit(f"deepnmt-distill for student {s} failed (exit {proc.returncode}); "
                                      f"see {work / (s + '.log')}")
-    for s in a.students:  # a report measured on a loaded machine is measured again, alone
-        rep = json.loads(report_of(work, s).read_text())
-        if rep["loaded_machine"] or a.remeasure:
-            n = 1 + len(list((work / s).glob("report.loaded-*")))
-            os.replace(work / s / "report", work / s / f"report.loaded-{n}")
-            run(distill_argv(s, a, work), work / f"{s}.log", cores)
+    # the reports, one at a time on the otherwise idle machine
+    for s, u in a.students:
+        if report_of(work, s).exists() and a.remeasure:
+            n = 1 + len(list((work / s).glob("report.old-*")))
+            os.replace(work / s / "report", work / s / f"report.old-{n}")
+        if not report_of(work, s).exists():
+            run(distill_argv(s, u, work, cores), work / f"{s}.log", cores)
     write_table(a, work, out, name, record)
     return 0
 
 
 def write_table(a, work: Path, out: Path, name: str, record: dict) -> None:
     rows = []
-    for s in a.students:
+    for s, u in a.students:
         rep = json.loads(report_of(work, s).read_text())
         dest = out / s
         dest.mkdir(parents=True, exist_ok=True)
@@ -184,20 +207,21 @@ def write_table(a, work: Path, out: Path, name: str, record: dict) -> None:
                      "student_parameters": rep["sizes"]["student"]["parameters"],
                      "teacher_parameters": rep["sizes"]["teacher"]["parameters"],
                      "loaded": rep["loaded_machine"], "machine": rep.get("machine"), "measured_at": rep["measured_at"],
-                     "command": " ".join(shlex.quote(w) for w in distill_argv(s, a, work))})
+                     "updates": u,
+                     "command": " ".join(shlex.quote(w) for w in distill_argv(s, u, work, len(os.sched_getaffinity(0))))})
     table = {"teacher_record": name, "teacher_command": record["command"], "study_bleu": record["bleu"],
-             "student_updates": a.student_updates, "rows": rows,
+             "rows": rows,
              "command": "python benchmarks/serve_study.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])}
     lines = ["# Train deep, serve shallow at the study's scale (issue 71)", "",
              f"Teacher: `{name}` of the evidence study (24-layer encoder, 3-layer decoder, width 128; the study's "
              f"record: valid NLL {record['valid_nll']}, test sacreBLEU {record['bleu']}), trained again by its "
-             f"recorded command; students: deepnmt-distill, {a.student_updates} updates on its SKD data. "
+             f"recorded command; students: deepnmt-distill on its SKD data. "
              "Test: the study's 1,059 sentences, beam 4. Each engine at the fastest setting its report's search found.",
-             "", "| student | served sacreBLEU (teacher) | served - teacher | batched tok/s served / teacher | "
+             "", "| student (updates) | served sacreBLEU (teacher) | served - teacher | batched tok/s served / teacher | "
                  "speed-up batched | one sentence tok/s served / teacher | speed-up single | student params |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['student']} | {r['served_bleu']} ({r['teacher_bleu']}) | {r['served_minus_teacher']:+.2f} | "
+        lines.append(f"| {r['student']} ({r['updates']}) | {r['served_bleu']} ({r['teacher_bleu']}) | {r['served_minus_teacher']:+.2f} | "
                      f"{r['served_tok_s'][0]:.0f} / {r['teacher_tok_s'][0]:.0f} | {r['speedup_batched']}x | "
                      f"{r['served_tok_s'][1]:.0f} / {r['teacher_tok_s'][1]:.0f} | {r['speedup_single']}x | "
                      f"{r['student_parameters']:,} |")

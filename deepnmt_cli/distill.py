@@ -112,6 +112,9 @@ def build_parser():
     g.add_argument("--ct2-batch-size", type=int, default=32,
                    help="deepnmt-translate's batch size (batched speed): tried with 16, 32, 64, 128, the fastest is "
                         "measured (--no-speed-search: this one)")
+    g.add_argument("--no-report", action="store_true",
+                   help="stop after the export (the same command without it then only measures the report: e.g. "
+                        "students trained side by side, their speeds measured one at a time on an idle machine)")
     g.add_argument("--no-speed-search", action="store_true",
                    help="measure each engine with the given batch sizes and every core's threads, without first "
                         "timing the candidate settings on a probe (each engine's best setting: docs/distill.md)")

@@ -61,3 +61,31 @@ def test_the_plan_builds_the_presets_student(preset, enc, dec, data_bin, tmp_pat
     assert plan.init == "teacher"
     assert (_opt(plan.student_flags, "--encoder-layers"), _opt(plan.student_flags, "--decoder-layers")) == \
         (str(enc), str(dec))
+
+
+def test_no_report_stops_after_the_export(data_bin, tmp_path, capsys):
+    """--no-report (students trained side by side, measured later one at a time): the plan ends with
+    the export; the same command without it adds the report stage and nothing else."""
+    from fairseq.data import Dictionary
+
+    from deepnmt_fairseq.distill import command
+    from deepnmt_fairseq.distill.plan import build_student
+
+    vocab = len(Dictionary.load(str(data_bin / "dict.tgt.txt")))
+    model, args = build_student("deepnmt_transformer", [*TINY, "--encoder-layers", "2", "--decoder-layers", "1"], vocab)
+    args.arch = "deepnmt_transformer"
+    teacher = tmp_path / "teacher.pt"
+    torch.save({"cfg": {"model": args, "task": {"data": str(data_bin)}}, "model": model.state_dict()}, teacher)
+    (tmp_path / "src").write_text("a\n")
+    stages = {}
+    for extra in (["--no-report"], []):
+        p = cli.build_parser()
+        a = p.parse_args(["--teacher", str(teacher), "--data", str(data_bin), "--work-dir", str(tmp_path / "w"),
+                          "--test-source", str(tmp_path / "src"), "--test-reference", str(tmp_path / "src"),
+                          "--cpu", "--dry-run", *extra])
+        assert not cli.apply_student_preset(p, a)
+        assert command.run(a) == 0
+        stages[bool(extra)] = [ln.split(":")[0].split(". ", 1)[1] for ln in capsys.readouterr().out.splitlines()
+                               if ln[:1].isdigit()]
+    assert stages[True][-1] == "export" and "report" not in stages[True]
+    assert stages[False] == stages[True] + ["report"]

@@ -5,6 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
+import pytest
 import serve_study
 
 
@@ -24,8 +25,7 @@ def test_teacher_is_the_lowest_valid_nll_24_layer_record_and_its_own_command(tmp
 
 
 def test_students_share_the_study_search_and_differ_only_in_shape(tmp_path):
-    a = argparse.Namespace(student_updates=3200)
-    argvs = {s: serve_study.distill_argv(s, a, tmp_path) for s in serve_study.STUDENTS}
+    argvs = {s: serve_study.distill_argv(s, 3200, tmp_path) for s in serve_study.STUDENTS}
     for s, argv in argvs.items():
         assert argv[argv.index("--beam") + 1] == "4"  # the study's BLEU: beam 4 (benchmarks/fidelity_eval.py)
         assert argv[argv.index("--work-dir") + 1] == str(tmp_path / s)
@@ -33,11 +33,15 @@ def test_students_share_the_study_search_and_differ_only_in_shape(tmp_path):
         rest = [w for w in argv if w not in serve_study.STUDENTS[s] and w != str(tmp_path / s)]
         assert rest == [w for w in argvs["6-1"] if w not in serve_study.STUDENTS["6-1"] and w != str(tmp_path / "6-1")]
     assert argvs["6-1-scratch"][argvs["6-1-scratch"].index("--student-init") + 1] == "scratch"
+    assert serve_study.parse_student("desdar:1600") == ("desdar", 1600) and serve_study.parse_student("6-1") == ("6-1", None)
+    for bad in ("7-1", "6-1:many"):
+        with pytest.raises(argparse.ArgumentTypeError, match=bad):
+            serve_study.parse_student(bad)
 
 
 def test_table_reads_every_students_report(tmp_path):
     work, out = tmp_path / "work", tmp_path / "out"
-    a = argparse.Namespace(student_updates=3200, students=["6-1", "desdar"])
+    a = argparse.Namespace(students=[("6-1", 3200), ("desdar", 1600)])
     for s, (bleu, tb, ts) in {"6-1": (22.5, 5000.0, 900.0), "desdar": (23.0, 2500.0, 500.0)}.items():
         d = work / s / "report"
         d.mkdir(parents=True)
@@ -56,5 +60,5 @@ def test_table_reads_every_students_report(tmp_path):
     assert [r["student"] for r in table["rows"]] == ["6-1", "desdar"]
     assert table["rows"][0]["speedup_batched"] == 12.5 and table["rows"][1]["served_minus_teacher"] == -0.4
     md = (out / "table.md").read_text()
-    assert "| 6-1 | 22.5 (23.4) | -0.90 | 5000 / 400 | 12.5x | 900 / 60 | 15.0x | 10 |" in md
+    assert "| 6-1 (3200) | 22.5 (23.4) | -0.90 | 5000 / 400 | 12.5x | 900 / 60 | 15.0x | 10 |" in md
     assert (out / "desdar" / "report.json").exists()

@@ -83,15 +83,16 @@ def run(a) -> int:
                           ct2_batch_size=a.ct2_batch_size, single_sentences=a.single_sentences,
                           search=not (a.tiny or a.no_speed_search),
                           settings_note="deepnmt-distill " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:])))
-    stages = [*plan.stages, Stage("report", [], report_dir / "report.json", what="report: quality, speed, size",
-                                  call=lambda: build_report(inputs, runner.log))]
+    stages = [*plan.stages, *([] if a.no_report else [
+        Stage("report", [], report_dir / "report.json", what="report: quality, speed, size",
+              call=lambda: build_report(inputs, runner.log))])]
     if a.dry_run:
         for i, st in enumerate(stages, 1):
             print(f"{i}. {st.name}{' (done)' if st.is_done() else ''}: {st.command_line()}")
         return 0
     # what decides the outputs; not the device (a run moved between a GPU and a CPU node may resume)
     settings = {k: v for k, v in vars(a).items() if k not in ("work_dir", "cpu", "dry_run", "student_depth_cap",
-                                                                "no_speed_search")}
+                                                                "no_speed_search", "no_report")}
     if settings.get("student") == "auto":  # the default shape: work directories made before --student existed
         del settings["student"]
     for k in ("teacher", "data", "test_source", "test_reference", "bpe_codes", "spm_model"):
@@ -108,6 +109,10 @@ def run(a) -> int:
         return 1
     import json
 
+    if a.no_report:
+        runner.log(f"served student ready: {plan.ct2_model} (--no-report: the same command without it measures "
+                   "the report)")
+        return 0
     rep = json.loads((report_dir / "report.json").read_text())
     print((report_dir / "report.md").read_text(encoding="utf-8"))
     sm = rep["summary"]
