@@ -110,7 +110,7 @@ def build_parser():
                    help="fairseq-generate's batch size (batched speed): tried with 32, 64, 128, 256, the fastest is "
                         "measured (--no-speed-search: this one)")
     g.add_argument("--ct2-batch-size", type=int, default=32,
-                   help="deepnmt-translate's batch size (batched speed): tried with 16, 32, 64, 128, the fastest is "
+                   help="deepnmt-translate's batch size (batched speed): tried with 4, 8, 16, 32, 64, the fastest is "
                         "measured (--no-speed-search: this one)")
     g.add_argument("--no-report", action="store_true",
                    help="stop after the export (the same command without it then only measures the report: e.g. "

@@ -79,7 +79,7 @@ class ReportInputs:
 
 #: the batch sizes tried for each engine's batched speed (module doc), with the report's own
 FAIRSEQ_BATCH_SIZES = (32, 64, 128, 256)
-CT2_BATCH_SIZES = (16, 32, 64, 128)
+CT2_BATCH_SIZES = (4, 8, 16, 32, 64)
 #: a candidate setting is timed on every PROBE_EVERY-th sentence of the set it is chosen for
 PROBE_EVERY = 3
 
@@ -389,7 +389,7 @@ def markdown(rep: dict) -> str:
         lines.append(f"No measurement started on a loaded machine (load averages: {', '.join(loads)}).")
     searched = rep.get("settings_search") or {}
     if any(tried for v in searched.values() for tried in v.values()):
-        lines += ["", f"Settings searched (tok/s on a probe, every {rep['probe_every']}th sentence of the set; the "
+        lines += ["", f"Settings searched (tok/s on a probe, one sentence in {rep['probe_every']} of the set; the "
                       "fastest is measured on the whole set above):"]
         for name, kinds in searched.items():
             for kind, tried in kinds.items():
