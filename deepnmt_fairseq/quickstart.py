@@ -16,7 +16,8 @@ Steps (each is skipped when its output is complete; nothing is overwritten):
   6. detokenize and score with sacreBLEU, next to a copy-the-source baseline;
   7. train deep, serve shallow (with the deploy extra, CTranslate2): the MSC model cannot be
      exported (its decoder reads encoder blocks and context states), so deepnmt-distill distils
-     *this* MSC model into a pre-norm student of the same width and depths: SKD data from the
+     *this* MSC model into a pre-norm student of the same width, 6 encoder layers and one decoder
+     layer (--student 6-1; the teacher's depths: --student auto): SKD data from the
      averaged MSC teacher (beam 4, --skd-beam), the student started from the teacher's matching weights
      and trained on it with the same settings for twice the updates (--student-updates), exported int8
      (deepnmt-export-ct2) and served by deepnmt-translate on the raw test set; its report
@@ -207,7 +208,7 @@ def student_updates(a) -> int:
 
 def deploy(work: Path, bin_dir: Path, model: Path, a) -> dict:
     """Train deep, serve shallow: deepnmt-distill from the quickstart's own MSC model (the teacher)
-    to a served int8 student of the same width and depths; returns its report."""
+    to a served int8 student (--student, 6-1 by default); returns its report."""
     d = work / "distill"
     report = d / "report" / "report.json"
     if not report.exists():

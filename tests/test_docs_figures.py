@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-STEP7 = REPO / "benchmarks" / "results" / "distill-step7" / "quickstart-idle" / "report.json"
+STEP7 = REPO / "benchmarks" / "results" / "distill-step7" / "quickstart-6-1-idle" / "report.json"
 ROWS = {"MSC teacher, fairseq-generate": "teacher fairseq-generate",
-        "student 6-3, fairseq-generate": "student fairseq-generate",
+        "student 6-1, fairseq-generate": "student fairseq-generate",
         "served student, `deepnmt-translate` int8": "student deepnmt-translate"}
 
 
