@@ -269,9 +269,13 @@ def _fairseq_token_logprobs(model, src, lens, tgt):
                                    ["--ssl-rate", "0.4", "--ssl-decoder"], ["--no-scale-embedding"],
                                    ["--encoder-learned-pos", "--decoder-learned-pos"], ["--deepnorm"],
                                    ["--admin"], ["--admin", *RPR_ONLY, "--ssl-rate", "0.4", "--ssl-decoder"],
-                                   ["--deepnorm", "--encoder-learned-pos", "--decoder-learned-pos"]],
+                                   ["--deepnorm", "--encoder-learned-pos", "--decoder-learned-pos"],
+                                   # deepnmt-distill's student presets (issue 71): 6-1 and DESDAR's deep
+                                   # encoder with one decoder layer (pre-norm students)
+                                   ["--encoder-layers", "6", "--decoder-layers", "1"],
+                                   ["--encoder-layers", "12", "--decoder-layers", "1"]],
                          ids=["prenorm", "postnorm", "rpr", "rpr_values", "ssl", "unscaled", "learned_pos", "deepnorm",
-                              "admin", "admin_rpr_ssl", "deepnorm_learned_pos"])
+                              "admin", "admin_rpr_ssl", "deepnorm_learned_pos", "student_6_1", "student_desdar_12_1"])
 def test_token_scores_equal(flags, tmp_path):
     """Teacher-forced log-probabilities: CTranslate2's score_batch == fairseq's forward (1e-4),
     on a left-padded batch with random (non-trivial) norms, biases, relative embeddings and
@@ -283,6 +287,8 @@ def test_token_scores_equal(flags, tmp_path):
     model = build_model(extra=[*TINY, "--dropout", "0", "--encoder-layers", "3", "--decoder-layers", "2", *flags],
                         seed=1)
     model.eval()
+    if "--decoder-layers" in flags:  # the student presets' depths reach the model
+        assert len(model.decoder.layers) == int(flags[flags.index("--decoder-layers") + 1])
     g = torch.Generator().manual_seed(3)
     with torch.no_grad():
         for name, p in model.named_parameters():
