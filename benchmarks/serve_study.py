@@ -135,6 +135,10 @@ def main(argv=None) -> int:
     p.add_argument("--work-dir", default=str(REPO / "work" / "serve-study"))
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "distill-study"))
     p.add_argument("--remeasure", action="store_true", help="measure every report again (the old one kept)")
+    p.add_argument("--beams", type=int, nargs="*", default=[],
+                   help="also serve each student with these beam sizes (a lever of issue 71): sacreBLEU and batched "
+                        "tok/s against the teacher's fairseq-generate (its report's beam and setting), measured "
+                        "in one run after the reports (OUT/beams.md)")
     a = p.parse_args(argv)
     a.students = [(n, u or a.student_updates) for n, u in a.students]
     work, out = Path(a.work_dir).resolve(), Path(a.out).resolve()
@@ -186,7 +190,65 @@ def main(argv=None) -> int:
         if not report_of(work, s).exists():
             run(distill_argv(s, u, work, cores), work / f"{s}.log", cores)
     write_table(a, work, out, name, record)
+    if a.beams:
+        beam_sweep(a, work, out)
     return 0
+
+
+def beam_sweep(a, work: Path, out: Path) -> None:
+    """Beam size against BLEU and speed for each served student: the teacher's fairseq-generate batched
+    (the report's beam, at the setting its report's search chose), then deepnmt-translate at each beam
+    of ``--beams`` (at the setting its report chose), all in this one run; every rate against the
+    teacher's of this run."""
+    import re
+
+    from deepnmt_fairseq.distill.report import Measure, ReportInputs, Setting, load_now, sacrebleu_of
+
+    def setting(text: str) -> Setting:
+        size = int(re.search(r"batches of (\d+)", text)[1])
+        if text.startswith("fairseq-generate"):
+            return Setting(size, int(re.search(r"(\d+) torch thread", text)[1]))
+        inter, intra = re.search(r"inter_threads (\d+) x intra_threads (\d+)", text).groups()
+        return Setting(size, int(intra), int(inter))
+
+    tok = DATA_WORK / "tok"
+    refs = (tok / "test.raw.de").read_text(encoding="utf-8").splitlines()
+    rows = []
+    for s, _ in a.students:
+        rep = json.loads(report_of(work, s).read_text())
+        d = work / s
+        sy = rep["systems"]
+        r = ReportInputs(out=d / "beams", data=DATA_WORK / "data-bin", teacher=d / "teacher-avg3.pt", student=d,
+                         ct2=d / "ct2-int8", test_source=tok / "test.raw.en", test_reference=tok / "test.raw.de",
+                         beam=rep["search"]["beam"], lenpen=rep["search"]["lenpen"],
+                         max_len_a=rep["search"]["max_len_a"], max_len_b=rep["search"]["max_len_b"])
+        m = Measure(r, log)
+        teacher = m.fairseq("teacher", r.teacher, setting(sy["teacher fairseq-generate"]["batched"]["setting"]))
+        served = setting(sy["student deepnmt-translate"]["batched"]["setting"])
+        for beam in sorted(set(a.beams) | {r.beam}, reverse=True):
+            m.r = ReportInputs(**{**vars(r), "beam": beam})
+            run = m.ct2(f"student-beam{beam}", r.test_source, served)
+            rows.append({"student": s, "beam": beam, "teacher_beam": r.beam, "sacrebleu": sacrebleu_of(run["lines"], refs)["sacrebleu"],
+                         "teacher_sacrebleu": sy["teacher fairseq-generate"]["sacrebleu"],
+                         "tokens_per_s": run["tokens_per_s"], "teacher_tokens_per_s": teacher["tokens_per_s"],
+                         "speedup_batched": round(run["tokens_per_s"] / teacher["tokens_per_s"], 2),
+                         "setting": run["setting"], "teacher_setting": teacher["setting"],
+                         "loaded": load_now()["loaded"] or teacher["load"]["loaded"] or run["load"]["loaded"]})
+    lines = ["# Beam size against BLEU and speed, the served students (issue 71's levers)", "",
+             f"Teacher: fairseq-generate at beam {rows[0]['teacher_beam']} ({rows[0]['teacher_setting']}), measured in "
+             "this run; each served student with deepnmt-translate at the batched setting its report chose. Measured "
+             f"{time.strftime('%Y-%m-%d %H:%M:%S')}.", "",
+             "| student | beam | served sacreBLEU (teacher) | served - teacher | batched tok/s served / teacher | "
+             "speed-up batched | loaded |", "|---|---|---|---|---|---|---|"]
+    for x in rows:
+        lines.append(f"| {x['student']} | {x['beam']} | {x['sacrebleu']} ({x['teacher_sacrebleu']}) | "
+                     f"{x['sacrebleu'] - x['teacher_sacrebleu']:+.2f} | {x['tokens_per_s']:.0f} / "
+                     f"{x['teacher_tokens_per_s']:.0f} | {x['speedup_batched']}x | {'yes' if x['loaded'] else 'no'} |")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "beams.json").write_text(json.dumps({"rows": rows, "command": "python benchmarks/serve_study.py " + " ".join(
+        shlex.quote(x) for x in sys.argv[1:])}, indent=2) + "\n")
+    (out / "beams.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 def write_table(a, work: Path, out: Path, name: str, record: dict) -> None:
