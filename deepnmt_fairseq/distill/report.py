@@ -25,7 +25,7 @@ thread setting", "fairseq-generate's best batch size and threads"; :func:`search
   test sentences, fairseq-generate's batch sharding ``--distributed-world-size K
   --distributed-rank 0``, every K-th sentence in length order, the same sentences for every
   engine).  The student's fairseq-generate rows (for its BLEU) use the teacher's chosen settings.
-  Every candidate's rate is in ``report.json`` (``search``) and ``report.md``;
+  Every candidate's rate is in ``report.json`` (``settings_search``) and ``report.md``;
 * ``search=False`` (``deepnmt-distill --tiny``, ``--no-speed-search``): no probes; fairseq with
   every core's threads (1 when the machine is already loaded as the report starts: there OpenMP's
   spinning makes more threads many times slower), batches of ``batch_size``; CTranslate2 with
