@@ -43,6 +43,9 @@ import sys
 import time
 from pathlib import Path
 
+from deepnmt_fairseq.jobs.stage import make_log
+from deepnmt_fairseq.machine import cores as machine_cores
+
 REPO = Path(__file__).resolve().parents[1]
 RECORDS = REPO / "benchmarks" / "results" / "fidelity" / "cpu"
 DATA_WORK = REPO / "work" / "fidelity" / "cpu"  # benchmarks/fidelity.py --preset cpu's work directory
@@ -60,10 +63,7 @@ STUDENTS = {
 STUDY_TRAIN_ARGS = ("--criterion label_smoothed_cross_entropy --label-smoothing 0.1 --optimizer adam "
                     "--adam-betas '(0.9, 0.98)' --clip-norm 0.0 --lr 0.003 --lr-scheduler inverse_sqrt "
                     "--warmup-updates 150 --max-tokens 2048")
-
-
-def log(msg: str) -> None:
-    print(f"[serve-study {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+log = make_log("serve-study", stdout=True)  # the project's one timestamped log line
 
 
 def best_teacher_record() -> str:
@@ -143,7 +143,7 @@ def main(argv=None) -> int:
     a.students = [(n, u or a.student_updates) for n, u in a.students]
     work, out = Path(a.work_dir).resolve(), Path(a.out).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    cores = len(os.sched_getaffinity(0))
+    cores = machine_cores()
 
     if not (DATA_WORK / "data-bin" / "dict.en.txt").exists():
         subprocess.run([sys.executable, str(REPO / "benchmarks" / "fidelity.py"), "--preset", "cpu", "--prepare-only"],
@@ -201,6 +201,7 @@ def beam_sweep(a, work: Path, out: Path) -> None:
     of ``--beams`` (at the setting its report chose), all in this one run; every rate against the
     teacher's of this run."""
     import re
+    from dataclasses import replace
 
     from deepnmt_fairseq.distill.report import Measure, ReportInputs, Setting, load_now, sacrebleu_of
 
@@ -226,7 +227,7 @@ def beam_sweep(a, work: Path, out: Path) -> None:
         teacher = m.fairseq("teacher", r.teacher, setting(sy["teacher fairseq-generate"]["batched"]["setting"]))
         served = setting(sy["student deepnmt-translate"]["batched"]["setting"])
         for beam in sorted(set(a.beams) | {r.beam}, reverse=True):
-            m.r = ReportInputs(**{**vars(r), "beam": beam})
+            m.r = replace(r, beam=beam)
             run = m.ct2(f"student-beam{beam}", r.test_source, served)
             rows.append({"student": s, "beam": beam, "teacher_beam": r.beam, "sacrebleu": sacrebleu_of(run["lines"], refs)["sacrebleu"],
                          "teacher_sacrebleu": sy["teacher fairseq-generate"]["sacrebleu"],
@@ -270,7 +271,7 @@ def write_table(a, work: Path, out: Path, name: str, record: dict) -> None:
                      "teacher_parameters": rep["sizes"]["teacher"]["parameters"],
                      "loaded": rep["loaded_machine"], "machine": rep.get("machine"), "measured_at": rep["measured_at"],
                      "updates": u,
-                     "command": " ".join(shlex.quote(w) for w in distill_argv(s, u, work, len(os.sched_getaffinity(0))))})
+                     "command": " ".join(shlex.quote(w) for w in distill_argv(s, u, work, machine_cores()))})
     table = {"teacher_record": name, "teacher_command": record["command"], "study_bleu": record["bleu"],
              "rows": rows,
              "command": "python benchmarks/serve_study.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])}
