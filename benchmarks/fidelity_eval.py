@@ -20,6 +20,8 @@ Prints one JSON object:
   (``EncoderMemory.learned_weights``), so that an analysis of them reads the record;
 * ``test_stats``: sacreBLEU's statistics of every test sentence, for the paired bootstrap
   (``fidelity_stats.py``);
+* with ``--valid-only``: the valid NLL (and the layer weights) only: a tuning run (issue 77) never
+  translates the test set;
 * with ``--unk-gap``: ``valid_nll_unk_source`` (every source token replaced by ``<unk>``) and
   ``unk_gap`` = the difference: how much the predictions depend on the source (a decoder that
   collapsed into a language model has a gap near 0; deep-decoder paper Sec. 3).
@@ -91,6 +93,8 @@ def main(argv=None) -> int:
     ap.add_argument("--unk-gap", action="store_true")
     ap.add_argument("--cpu", action="store_true")
     ap.add_argument("--average-dir", help="write CKPT as the average of this directory's last 3 checkpoints by update")
+    ap.add_argument("--valid-only", action="store_true",
+                    help="the valid NLL only, no translation (the tuning sweep's runs: test is not read)")
     ap.add_argument("--no-train-sample", action="store_true",
                     help="skip the train-sample BLEU (the points of a BLEU-vs-updates curve)")
     a = ap.parse_args(argv)
@@ -122,7 +126,8 @@ def main(argv=None) -> int:
         res["valid_nll_unk_source"] = round(valid_nll(model, task, True), 4)
         res["unk_gap"] = round(res["valid_nll_unk_source"] - res["valid_nll"], 4)
     md = MosesDetokenizer(lang="de")
-    for split, key in (("test", "bleu"),) + ((("trainsample", "train_bleu"),) if not a.no_train_sample else ()):
+    splits = (("test", "bleu"),) + ((("trainsample", "train_bleu"),) if not a.no_train_sample else ())
+    for split, key in () if a.valid_only else splits:
         refs = (Path(a.raw) / f"{split}.raw.de").read_text(encoding="utf-8").splitlines()
         hyps = [md.detokenize(h.split()) for h in translate(model, task, split)]
         if len(hyps) != len(refs):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
-STUDIES = ("depth", "deep-decoder", "gpkd", "ssl", "converged")
+STUDIES = ("depth", "deep-decoder", "gpkd", "ssl", "converged", "postnorm-sweep")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +66,11 @@ class Preset:
     converged_cap: int = 0
     converged_patience: int = 0
     curve_every: int = 0
+    # the post-norm family's tuning sweep (issue 77, evidence round 4): every (peak lr, warm-up) of
+    # ``sweep_grid`` for each of SWEEP_FAMILIES at the deepest depth, one seed, ``sweep_updates``
+    # updates; the point with the lowest valid NLL is the family's recipe (test is not read).  0: none
+    sweep_updates: int = 0
+    sweep_grid: Tuple[Tuple[float, int], ...] = ()
 
 
 PRESETS: Dict[str, Preset] = {
@@ -83,7 +88,11 @@ PRESETS: Dict[str, Preset] = {
                   # every 50-update save: 800 updates); a curve point
                   # every 800 updates.  ssl-stage1-12-s1 (pre-norm 12-3, patience 3) was still improving
                   # at 3200 updates (16.28 sacreBLEU), so the cap is well above where it stops
-                  converged_cap=12800, converged_patience=16, curve_every=800),
+                  converged_cap=12800, converged_patience=16, curve_every=800,
+                  # issue 77: 3 peak rates x 2 warm-ups, containing the old post-norm point (2e-3 / 600)
+                  # and the GPU preset's (1e-3 / 1000), reaching below 1e-3; 2000 updates: past every
+                  # warm-up and past 550-700 updates, where the working and failing runs parted
+                  sweep_updates=2000, sweep_grid=tuple((lr, w) for lr in (5e-4, 1e-3, 2e-3) for w in (600, 1000))),
     # IWSLT-small shapes (d 256, FFN 1024) on the evidence corpus; schedules scaled to ~50k pairs
     "gpu": Preset("gpu", dim=256, ffn=1024, heads=4, updates=8000, max_tokens=8192, lr=1e-3, warmup=1000,
                   depths=(6, 12, 24), decoder_layers=3, dd_encoder=6, dd_depths=(3, 6, 12, 18), teacher_layers=24,
@@ -151,6 +160,12 @@ class Run:
     unk_gap: bool = False
     patience: Optional[int] = None  # early stopping: validations without improvement (None: preset.patience)
     curve_every: int = 0  # keep and evaluate the checkpoint of every multiple of this update (0: none)
+    # the run's own schedule (the tuning sweep, issue 77); None: the preset's (post-norm runs: its post-norm one)
+    lr: Optional[float] = None
+    warmup: Optional[int] = None
+    optimizer: str = "adam"  # "radam": the plugin's RAdam, as Admin's authors train it
+    valid_only: bool = False  # evaluate the valid NLL only (a tuning run: test is not read)
+    valid_log: bool = False  # validate at every checkpoint save and keep the valid NLL curve ("valid_log")
 
 
 def model_flags(p: Preset, enc: int, dec: int, *flags: str) -> List[str]:
@@ -293,6 +308,57 @@ def converged_runs(p: Preset, seeds: Sequence[int], results: Optional[Dict[str, 
                             early_stop=True, patience=p.converged_patience, curve_every=p.curve_every)]
 
 
+# ------------------------------------------------------------------ the post-norm tuning sweep (issue 77)
+#: the post-norm column: every system the study trains at the post-norm schedule (plain post-norm and its
+#: three rescues), tuned by one rule on one grid
+SWEEP_FAMILIES = ("postnorm", "deepnorm", "admin", "transparent-post")
+#: the optimizer each family's authors train it with: Admin on RAdam (Liu et al. 2020, and the released
+#: Transformer-Clinic scripts: ``--optimizer radam``); the others on Adam
+SWEEP_OPTIMIZER = {"admin": "radam"}
+
+
+def sweep_depth(p: Preset) -> int:
+    """The sweep's encoder depth: the study's deepest (24 on the cpu preset)."""
+    return p.depths[-1]
+
+
+def sweep_name(fam: str, depth: int, lr: float, warmup: int, seed: int = 1) -> str:
+    return f"sweep-lr{lr:g}-w{warmup}-{fam}-{depth}-s{seed}"  # the depth last, as in every run's name
+
+
+def sweep_runs(p: Preset) -> List[Run]:
+    """Every (family, grid point) of the tuning sweep, seed 1, ``sweep_updates`` updates, evaluated on
+    valid only."""
+    if not p.sweep_updates:
+        return []
+    n = sweep_depth(p)
+    return [Run(sweep_name(fam, n, lr, w), sweep_name(fam, n, lr, w).rsplit("-s", 1)[0], 1,
+                model_flags(p, n, p.decoder_layers, *FAMILIES[fam]), updates=p.sweep_updates, lr=lr, warmup=w,
+                optimizer=SWEEP_OPTIMIZER.get(fam, "adam"), valid_only=True, valid_log=True)
+            for lr, w in p.sweep_grid for fam in SWEEP_FAMILIES]
+
+
+def sweep_table(p: Preset, results: Dict[str, dict]) -> Dict[str, Dict[Tuple[float, int], Optional[float]]]:
+    """family -> grid point -> the valid NLL at the budget (None: not finished; inf: diverged)."""
+    n, out = sweep_depth(p), {}
+    for fam in SWEEP_FAMILIES:
+        row = out.setdefault(fam, {})
+        for lr, w in p.sweep_grid:
+            r = results.get(sweep_name(fam, n, lr, w))
+            row[(lr, w)] = None if r is None else (math.inf if r.get("diverged") else r.get("valid_nll"))
+    return out
+
+
+def sweep_choice(p: Preset, results: Dict[str, dict], fam: str) -> Optional[Tuple[float, int]]:
+    """The tuning rule (issue 77): the grid point with the lowest valid NLL after ``sweep_updates``
+    updates (ties: the earlier point of the grid); None until every point of the family has finished.
+    Nothing of the test set is read (the sweep's runs are evaluated on valid only)."""
+    row = sweep_table(p, results).get(fam, {})
+    if not row or any(v is None for v in row.values()):
+        return None
+    return min(p.sweep_grid, key=lambda pt: row[pt])
+
+
 def valid_interval(p: Preset) -> int:
     """Updates between two validations of an early-stopped run: fairseq-train validates at every
     checkpoint save (``save_every``), every ``--validate-interval-updates`` (``valid_every``) and at
@@ -319,6 +385,8 @@ def run_updates(p: Preset, name: str) -> int:
     """The update cap of a planned run, from its name (the status line's budget)."""
     if name.startswith("conv-"):
         return p.converged_cap
+    if name.startswith("sweep-"):
+        return p.sweep_updates
     if name.startswith(("gpkd-teacher-", "ssl-stage1-")):
         return int(p.updates * p.stage1_factor)
     if name.startswith("ssl-stage2-"):
@@ -384,7 +452,7 @@ def outputs(preset: str, work_dir: Optional[str], records: Optional[str], report
 
 #: preset settings that only the runs added with them read (the converged comparison's): a work
 #: directory stamped before they existed holds none of those runs, so it takes them as they are now
-NEW_RUNS_ONLY = ("converged_cap", "converged_patience", "curve_every")
+NEW_RUNS_ONLY = ("converged_cap", "converged_patience", "curve_every", "sweep_updates", "sweep_grid")
 
 
 def stamp_settings(d: Path, p: Preset, flag: str) -> None:
@@ -453,7 +521,8 @@ def planned(p: Preset, seeds: Sequence[int], dd_depth: Optional[int] = None,
     that the finished ``results`` call for."""
     dec = dd_depth or p.dd_depths[-1]
     names = [r.name for r in depth_runs(p, seeds) + dd_search_runs(p, seeds[0]) + dd_compare_runs(p, dec, seeds)
-             + teacher_runs(p, seeds) + baseline(p, seeds) + [ssl_stage1(p)] + converged_runs(p, seeds, results)]
+             + teacher_runs(p, seeds) + baseline(p, seeds) + [ssl_stage1(p)] + converged_runs(p, seeds, results)
+             + sweep_runs(p)]
     shape = model_flags(p, p.depths[0], p.decoder_layers)
     names += [r.name for r in matched_baseline(p, seeds)]
     names += [r.name for sys_ in (f"gpkd-student-{p.depths[0]}", f"skd-only-{p.depths[0]}", f"skd-only-{p.depths[0]}-matched",
@@ -480,6 +549,8 @@ def independent_runs(p: Preset, only: Sequence[str], seeds: Sequence[int]) -> Li
         runs.append(ssl_stage1(p))
     if "converged" in only:  # the deepest depth's transparent run waits for the middle depth's (dependent_runs)
         runs += converged_runs(p, seeds)
+    if "postnorm-sweep" in only:
+        runs += sweep_runs(p)
     return runs
 
 

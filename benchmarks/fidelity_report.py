@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from fidelity_plan import (CONVERGED_SEEDS, DD_KINDS, FAMILIES, POST_NORM_FAMILIES, RECORDS, REPO, REPORTS, by_system,
                            converged_families, dd_choice, dd_depth, headline_pairs, partials, run_order, run_updates,
-                           stat, valid_interval)
+                           stat, sweep_choice, sweep_depth, sweep_table, valid_interval)
 from fidelity_stats import ALPHA, BOOTSTRAP_SAMPLES, SEED_SAMPLES, decode_stats, paired_bootstrap, seed_bootstrap
 
 FINDINGS = Path(__file__).with_name("fidelity_findings.md")
@@ -431,6 +431,9 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
         lines += ["", "Calls:", ""] + calls("ssl")
         lines.append("")
 
+    if p.sweep_updates:
+        lines += sweep_section(p, results)
+
     if made:
         changed = changed_calls(made)
         confounded = [c for c in made if c["machine"][0] == "confounded"]
@@ -445,7 +448,7 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
             lines += ["Confounded with the machine (the call stands as the rule makes it; the CPU type cannot be "
                       "told apart from the system):", ""]
             lines += [f"- {c['a']} vs {c['b']} ({c['key']}, {c['label']}): {c['machine'][1]}" for c in confounded] + [""]
-    curves = {k: v for k, v in results.items() if v.get("losses")}
+    curves = {k: v for k, v in results.items() if v.get("losses") and not k.startswith("sweep-")}
     if curves:
         _plot_curves(curves, img / f"{tag}-curves.png")
         lines += [f"![training curves](img/{tag}-curves.png)", ""]
@@ -461,6 +464,33 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
     path.write_text("\n".join(lines) + "\n")
     if p.name in REPORTS and Path(path).resolve() == (REPO / REPORTS[p.name]).resolve() and p.name == "cpu":
         write_evidence_table(results, p)  # the committed report's records: README's table and its page
+
+
+def sweep_section(p, results: Dict[str, dict]) -> List[str]:
+    """Section 5: the post-norm column's tuning sweep (issue 77): family x grid point -> valid NLL at the
+    budget, the chosen point (:func:`fidelity_plan.sweep_choice`: the lowest valid NLL) in bold."""
+    n, tab = sweep_depth(p), sweep_table(p, results)
+    head = [f"{lr:g} / {w}" for lr, w in p.sweep_grid]
+    out = ["## 5. The post-norm column's recipe, chosen on valid (issue 77)", "",
+           f"Every post-norm family at {n} encoder layers ({p.decoder_layers} decoder layers), seed 1, "
+           f"{p.sweep_updates} updates of at most {p.max_tokens} tokens, no clipping, at each peak lr / warm-up "
+           "of the grid (inverse-sqrt decay); Admin on RAdam (`--optimizer radam`, as its authors train it), the "
+           "others on Adam (0.9, 0.98). Each cell is the valid NLL (bits/token) of the average of the last 3 "
+           "checkpoints; the test set is not translated (`fidelity_eval.py --valid-only`). The rule "
+           "(`fidelity_plan.sweep_choice`): a family's recipe is its grid point with the lowest valid NLL, "
+           "chosen once every point has finished (**bold**); `…` not run yet, `diverged` a run that failed.", "",
+           "| family | " + " | ".join(head) + " | chosen |", "|---" * (len(head) + 2) + "|"]
+    for fam, row in tab.items():
+        best = sweep_choice(p, results, fam)
+        cells = []
+        for pt in p.sweep_grid:
+            v = row[pt]
+            cell = "…" if v is None else ("diverged" if not math.isfinite(v) else f"{v:.3f}")
+            cells.append(f"**{cell}**" if pt == best else cell)
+        out.append(f"| {fam}-{n} | " + " | ".join(cells) + " | "
+                   + (f"{best[0]:g} / {best[1]}" if best else f"not yet ({sum(v is None for v in row.values())} "
+                                                               f"of {len(row)} to run)") + " |")
+    return out + [""]
 
 
 def _rel(path: Path) -> str:

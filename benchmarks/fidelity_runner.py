@@ -129,8 +129,9 @@ class Study:
         post = "--post-norm" in r.model
         lr = p.postnorm_lr if post and p.postnorm_lr is not None else p.lr
         warmup = p.postnorm_warmup if post and p.postnorm_warmup is not None else p.warmup
+        lr, warmup = (r.lr if r.lr is not None else lr), (r.warmup if r.warmup is not None else warmup)
         cmd = fairseq_train(r.data or self.data, r.model, r.crit, [
-               "--task", "translation", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
+               "--task", "translation", "--optimizer", r.optimizer, "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
                "--lr", str(lr), "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(warmup),
                "--max-tokens", str(p.max_tokens), "--max-update", str(updates), "--seed", str(r.seed),
                "--save-dir", str(save), "--save-interval-updates", str(p.save_every), "--keep-interval-updates", "3",
@@ -147,7 +148,7 @@ class Study:
             cmd += ["--validate-interval-updates", str(p.valid_every),
                     "--patience", str(r.patience if r.patience is not None else p.patience),
                     "--best-checkpoint-metric", "loss"]
-        else:
+        elif not r.valid_log:  # a valid_log run validates at every checkpoint save, and never stops early
             cmd += ["--disable-validation"]
         if r.curve_every:  # interval checkpoints at multiples of curve_every are not deleted
             cmd += ["--keep-interval-updates-pattern", str(r.curve_every)]
@@ -214,8 +215,10 @@ class Study:
                "diverged": not losses or not math.isfinite(losses[-1][1]), "machine": self.machine()}
         if not out["diverged"]:
             avg = save / "checkpoint_avg.pt"  # the last 3 checkpoints averaged (by fidelity_eval.py)
-            out.update(self.evaluate(avg, r.unk_gap, average_dir=save))
+            out.update(self.evaluate(avg, r.unk_gap, average_dir=save, valid_only=r.valid_only))
             out["checkpoint"] = str(avg.relative_to(self.work))
+        if r.valid_log:  # the valid NLL at every save: where a run leaves (or stays on) a plateau
+            out["valid_log"] = (partial_record(save / "train.log") or {}).get("valid_log", [])
         if r.early_stop:
             out["best_update"] = self.updates_of(save / "checkpoint_best.pt")
             out["stopped_at"] = self.updates_of(save / "checkpoint_last.pt")
@@ -327,17 +330,19 @@ class Study:
 
     # ---------------------------------------------------------------- evaluation
     def eval_command(self, ckpt: Path, unk_gap: bool, average_dir: Optional[Path] = None,
-                     train_sample: bool = True) -> List[str]:
+                     train_sample: bool = True, valid_only: bool = False) -> List[str]:
         cmd = [sys.executable, str(Path(__file__).with_name("fidelity_eval.py")), "--data", str(self.data),
                "--raw", str(self.raw), "--checkpoint", str(ckpt), *self.device()]
         if average_dir is not None:
             cmd += ["--average-dir", str(average_dir)]
-        return cmd + (["--unk-gap"] if unk_gap else []) + ([] if train_sample else ["--no-train-sample"])
+        return (cmd + (["--unk-gap"] if unk_gap else []) + ([] if train_sample else ["--no-train-sample"])
+                + (["--valid-only"] if valid_only else []))
 
     def evaluate(self, ckpt: Path, unk_gap: bool = False, average_dir: Optional[Path] = None,
-                 train_sample: bool = True) -> dict:
-        """valid NLL, test BLEU, train-sample BLEU (and the UNK-source gap): fidelity_eval.py."""
-        cmd = self.eval_command(ckpt, unk_gap, average_dir, train_sample)
+                 train_sample: bool = True, valid_only: bool = False) -> dict:
+        """valid NLL, test BLEU, train-sample BLEU (and the UNK-source gap): fidelity_eval.py
+        (``valid_only``: the valid NLL alone, for a tuning run)."""
+        cmd = self.eval_command(ckpt, unk_gap, average_dir, train_sample, valid_only)
         stdout, stderr = ckpt.parent / "eval.out", ckpt.parent / "eval.log"
         stdout.unlink(missing_ok=True)
         if self.launch.run(cmd, stdout, stderr) != 0:
@@ -593,7 +598,7 @@ def run_study(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int]
     close, seed = close_systems(p, finished(study.work, study.records), dec), [max(seeds) + 1]
     # only the studies with a close comparison (a dependent run may need a checkpoint rebuilt)
     pairs = headline_pairs(p, dec)
-    only = [s for s in only if any(n in close for pair in pairs[s] for n in pair)]
+    only = [s for s in only if any(n in close for pair in pairs.get(s, []) for n in pair)]  # the sweep: none
     third = [r for r in independent_runs(p, only, seed) + dependent_runs(study, p, only, seed, results, dec, jobs)
              if r.system in close and r.seed == seed[0]]  # (teacher_runs and ssl_stage1 add seed 1)
     if third:

@@ -1,0 +1,142 @@
+"""The post-norm column's tuning sweep (issue 77): one grid, one budget and one rule on *valid* for
+post-norm, DeepNorm, Admin and transparent post-norm; the choice reproduced from the committed records.
+
+benchmarks/ is importable through the pythonpath option of pytest (pyproject.toml)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+import fidelity_plan as plan
+
+REPO = Path(__file__).resolve().parents[1]
+CPU = plan.PRESETS["cpu"]
+
+
+def _flag(cmd, name):
+    return cmd[cmd.index(name) + 1]
+
+
+def test_the_grid_is_the_issues_grid_for_every_post_norm_family():
+    """At least 3 peak rates x 2 warm-ups, containing 2e-3/600 (the old post-norm point) and 1e-3/1000
+    (the GPU preset's), reaching below 1e-3; >= 2000 updates at the deepest depth; the same grid for
+    every family of the post-norm column."""
+    grid = set(CPU.sweep_grid)
+    assert len({lr for lr, _ in grid}) >= 3 and len({w for _, w in grid}) >= 2
+    assert {(2e-3, 600), (1e-3, 1000)} <= grid and min(lr for lr, _ in grid) < 1e-3
+    assert CPU.sweep_updates >= 2000 and plan.sweep_depth(CPU) == 24
+    runs = plan.sweep_runs(CPU)
+    assert {(r.system.split("-", 3)[3].rsplit("-", 1)[0], r.lr, r.warmup) for r in runs} == {
+        (fam, lr, w) for fam in plan.SWEEP_FAMILIES for lr, w in CPU.sweep_grid}
+    assert set(plan.SWEEP_FAMILIES) == {"postnorm", *plan.POST_NORM_FAMILIES}
+    assert all(r.seed == 1 and r.updates == CPU.sweep_updates for r in runs)
+    # every sweep run is a planned run of the study (``--runs`` selects it by name)
+    assert {r.name for r in runs} <= set(plan.planned(CPU, [1, 2]))
+
+
+def test_sweep_commands_train_at_their_grid_point_admin_on_radam_and_read_valid_only(tmp_path):
+    import fidelity_runner as runner
+
+    study = runner.Study(CPU, tmp_path, tmp_path / "bin", tmp_path / "tok", fork=False)
+    seen = set()
+    for r in plan.sweep_runs(CPU):
+        cmd = shlex.split(runner._portable(study.train_command(r)))
+        assert (float(_flag(cmd, "--lr")), int(_flag(cmd, "--warmup-updates"))) == (r.lr, r.warmup), r.name
+        assert int(_flag(cmd, "--max-update")) == CPU.sweep_updates
+        assert int(_flag(cmd, "--encoder-layers")) == 24 and "--post-norm" in cmd
+        fam = "admin" if "--admin" in cmd else "deepnorm" if "--deepnorm" in cmd else \
+            "transparent-post" if "transparent" in cmd else "postnorm"
+        assert _flag(cmd, "--optimizer") == ("radam" if fam == "admin" else "adam"), r.name
+        # validated at every save (the valid curve), never stopped early
+        assert "--disable-validation" not in cmd and "--patience" not in cmd
+        seen.add(fam)
+        ev = study.eval_command(tmp_path / "avg.pt", r.unk_gap, tmp_path, valid_only=r.valid_only)
+        assert "--valid-only" in ev
+    assert seen == set(plan.SWEEP_FAMILIES)
+    # the study's other runs keep their commands: validation off, Adam, no --valid-only
+    other = plan.depth_runs(CPU, [1])[0]
+    cmd = study.train_command(other)
+    assert "--disable-validation" in cmd and _flag(cmd, "--optimizer") == "adam"
+    assert "--valid-only" not in study.eval_command(tmp_path / "avg.pt", False, tmp_path)
+
+
+def _records(values, bleu=None):
+    n = plan.sweep_depth(CPU)
+    out = {}
+    for (fam, pt), v in values.items():
+        name = plan.sweep_name(fam, n, *pt)
+        out[name] = {"name": name, "valid_nll": v, "diverged": v is None,
+                     **({"bleu": bleu[(fam, pt)]} if bleu else {})}
+    return out
+
+
+def test_the_rule_is_the_lowest_valid_nll_once_the_grid_is_complete_and_ignores_test():
+    grid = list(CPU.sweep_grid)
+    vals = {("deepnorm", pt): 5.9 - 0.1 * i for i, pt in enumerate(grid)}
+    vals[("deepnorm", grid[1])] = 3.5
+    assert plan.sweep_choice(CPU, _records(vals), "deepnorm") == grid[1]
+    # test BLEU, however it is set, changes nothing
+    bleu = {k: (99.0 if k[1] == grid[0] else 0.0) for k in vals}
+    assert plan.sweep_choice(CPU, _records(vals, bleu), "deepnorm") == grid[1]
+    # a diverged point is never chosen; an unfinished grid chooses nothing yet
+    vals[("deepnorm", grid[1])] = None
+    assert plan.sweep_choice(CPU, _records(vals), "deepnorm") == min(
+        (pt for pt in grid if pt != grid[1]), key=lambda pt: vals[("deepnorm", pt)])
+    del vals[("deepnorm", grid[-1])]
+    assert plan.sweep_choice(CPU, _records(vals), "deepnorm") is None
+    assert plan.sweep_table(CPU, _records(vals))["deepnorm"][grid[1]] == math.inf
+
+
+def test_the_committed_report_marks_the_choice_the_records_make():
+    """Section 5 of docs/fidelity.md (generated) against the rule recomputed here from the committed
+    sweep records: each family's chosen point, and every finished cell's valid NLL."""
+    records = REPO / plan.RECORDS / "cpu"
+    results = {f.stem: json.loads(f.read_text()) for f in records.glob("sweep-*.json")}
+    text = (REPO / "docs" / "fidelity.md").read_text()
+    assert "## 5. The post-norm column's recipe, chosen on valid" in text
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| ([a-z-]+)-24 \| (.*) \|$", text, re.M)
+            if m.group(1) in plan.SWEEP_FAMILIES}
+    assert set(rows) == set(plan.SWEEP_FAMILIES)
+    for fam, row in rows.items():
+        cells = [c.strip() for c in row.split("|")]
+        *values, chosen = cells
+        best = plan.sweep_choice(CPU, results, fam)
+        assert chosen == (f"{best[0]:g} / {best[1]}" if best else chosen) and (best is not None) == \
+            (not chosen.startswith("not yet")), fam
+        for pt, cell in zip(CPU.sweep_grid, values):
+            rec = results.get(plan.sweep_name(fam, 24, *pt))
+            if rec is None:
+                assert cell == "…", (fam, pt)
+            elif not rec.get("diverged"):
+                assert cell.strip("*") == f"{rec['valid_nll']:.3f}", (fam, pt)
+                assert cell.startswith("**") == (pt == best), (fam, pt)
+
+
+@pytest.mark.slow
+def test_a_tiny_sweep_trains_on_radam_keeps_the_valid_curve_and_never_translates_test(tmp_path, monkeypatch):
+    """The sweep end to end at tiny size (one family, one grid point): the record has the valid NLL
+    and its curve, and no test BLEU; the report's section 5 marks the (only) point as chosen."""
+    import dataclasses
+
+    import fidelity
+
+    tiny = dataclasses.replace(plan.PRESETS["tiny"], sweep_updates=3, sweep_grid=((1e-3, 1),))
+    monkeypatch.setitem(plan.PRESETS, "tiny", tiny)
+    monkeypatch.setattr(plan, "SWEEP_FAMILIES", ("admin",))
+    work, report = tmp_path / "work", tmp_path / "report.md"
+    assert fidelity.main(["--preset", "tiny", "--work-dir", str(work), "--report", str(report),
+                          "--only", "postnorm-sweep", "--jobs", "1"]) == 0
+    name = plan.sweep_name("admin", tiny.depths[-1], 1e-3, 1)
+    rec = json.loads((work / "records" / f"{name}.json").read_text())
+    assert math.isfinite(rec["valid_nll"]) and "bleu" not in rec and "test_stats" not in rec
+    assert [u for u, _ in rec["valid_log"]] == [1, 2, 3]
+    assert "--optimizer radam" in rec["command"] and "--valid-only" in rec["eval_command"]
+    assert not (work / "runs" / name / "eval.out").read_text().count('"bleu"')
+    text = report.read_text()
+    assert f"| admin-{tiny.depths[-1]} | **{rec['valid_nll']:.3f}** | 0.001 / 1 |" in text
