@@ -359,6 +359,38 @@ def sweep_choice(p: Preset, results: Dict[str, dict], fam: str) -> Optional[Tupl
     return min(p.sweep_grid, key=lambda pt: row[pt])
 
 
+#: the pre-norm side's check (issue 77, part 2): these systems at the middle depth, at their own point
+#: (the preset's lr / warm-up) and at the post-norm column's (:func:`postnorm_point`), same budget and rule
+PRENORM_CHECK = ("prenorm", "msc")
+
+
+def postnorm_point(p: Preset, results: Dict[str, dict]) -> Optional[Tuple[float, int]]:
+    """The post-norm column's point for the pre-norm check: the grid point that most of
+    SWEEP_FAMILIES chose (a tie: plain post-norm's choice, else the earliest family's among the tied);
+    None until every family has chosen.  Our reading of the issue's "the post-norm family's best point"."""
+    choices = [sweep_choice(p, results, fam) for fam in SWEEP_FAMILIES]
+    if not choices or any(c is None for c in choices):
+        return None
+    top = max(choices.count(c) for c in choices)
+    return next(c for c in choices if choices.count(c) == top)
+
+
+def prenorm_check_runs(p: Preset, results: Optional[Dict[str, dict]] = None, own_only: bool = False) -> List[Run]:
+    """Pre-norm and MSC at the middle depth, ``sweep_updates`` updates, seed 1, valid only: at their own
+    point (no dependency) and, once the sweep has chosen, at the post-norm column's (unless it is theirs)."""
+    if not p.sweep_updates:
+        return []
+    mid = p.depths[len(p.depths) // 2]
+    points = [(p.lr, p.warmup)]
+    other = None if own_only else postnorm_point(p, results or {})
+    if other is not None and other != (p.lr, p.warmup):
+        points.append(other)
+    return [Run(sweep_name(fam, mid, lr, w), sweep_name(fam, mid, lr, w).rsplit("-s", 1)[0], 1,
+                model_flags(p, mid, p.decoder_layers, *FAMILIES[fam]), updates=p.sweep_updates, lr=lr, warmup=w,
+                valid_only=True, valid_log=True)
+            for lr, w in points for fam in PRENORM_CHECK]
+
+
 def valid_interval(p: Preset) -> int:
     """Updates between two validations of an early-stopped run: fairseq-train validates at every
     checkpoint save (``save_every``), every ``--validate-interval-updates`` (``valid_every``) and at
@@ -522,7 +554,7 @@ def planned(p: Preset, seeds: Sequence[int], dd_depth: Optional[int] = None,
     dec = dd_depth or p.dd_depths[-1]
     names = [r.name for r in depth_runs(p, seeds) + dd_search_runs(p, seeds[0]) + dd_compare_runs(p, dec, seeds)
              + teacher_runs(p, seeds) + baseline(p, seeds) + [ssl_stage1(p)] + converged_runs(p, seeds, results)
-             + sweep_runs(p)]
+             + sweep_runs(p) + prenorm_check_runs(p, results)]
     shape = model_flags(p, p.depths[0], p.decoder_layers)
     names += [r.name for r in matched_baseline(p, seeds)]
     names += [r.name for sys_ in (f"gpkd-student-{p.depths[0]}", f"skd-only-{p.depths[0]}", f"skd-only-{p.depths[0]}-matched",
@@ -549,8 +581,8 @@ def independent_runs(p: Preset, only: Sequence[str], seeds: Sequence[int]) -> Li
         runs.append(ssl_stage1(p))
     if "converged" in only:  # the deepest depth's transparent run waits for the middle depth's (dependent_runs)
         runs += converged_runs(p, seeds)
-    if "postnorm-sweep" in only:
-        runs += sweep_runs(p)
+    if "postnorm-sweep" in only:  # the pre-norm check at the post-norm column's point waits for the sweep
+        runs += sweep_runs(p) + prenorm_check_runs(p, own_only=True)
     return runs
 
 

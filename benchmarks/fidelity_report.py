@@ -12,7 +12,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from fidelity_plan import (CONVERGED_SEEDS, DD_KINDS, FAMILIES, POST_NORM_FAMILIES, RECORDS, REPO, REPORTS, by_system,
                            converged_families, dd_choice, dd_depth, headline_pairs, partials, run_order, run_updates,
-                           stat, sweep_choice, sweep_depth, sweep_table, valid_interval)
+                           postnorm_point, prenorm_check_runs, stat, sweep_choice, sweep_depth, sweep_table,
+                           valid_interval)
 from fidelity_stats import ALPHA, BOOTSTRAP_SAMPLES, SEED_SAMPLES, decode_stats, paired_bootstrap, seed_bootstrap
 
 FINDINGS = Path(__file__).with_name("fidelity_findings.md")
@@ -490,6 +491,20 @@ def sweep_section(p, results: Dict[str, dict]) -> List[str]:
         out.append(f"| {fam}-{n} | " + " | ".join(cells) + " | "
                    + (f"{best[0]:g} / {best[1]}" if best else f"not yet ({sum(v is None for v in row.values())} "
                                                                f"of {len(row)} to run)") + " |")
+    point = postnorm_point(p, results)
+    check = prenorm_check_runs(p, results)
+    mid = p.depths[len(p.depths) // 2]
+    out += ["", f"The pre-norm side's check (issue 77, part 2): pre-norm and MSC at {mid} layers, the same budget "
+            f"and rule, at their own point ({p.lr:g} / {p.warmup}) and at the post-norm column's (the point most "
+            "of its families chose, `fidelity_plan.postnorm_point`: "
+            + (f"{point[0]:g} / {point[1]}" if point else "not chosen yet") + "). Where the other point is better "
+            "on valid, the pre-norm families get the whole grid and their converged runs are redone.", "",
+            "| system | point | valid NLL |", "|---|---|---|"]
+    for r in check:
+        res = results.get(r.name)
+        v = None if res is None else (math.inf if res.get("diverged") else res.get("valid_nll"))
+        out.append(f"| {r.system.rsplit('-', 1)[0].split('-', 3)[3]}-{mid} | {r.lr:g} / {r.warmup} | "
+                   + ("…" if v is None else "diverged" if not math.isfinite(v) else f"{v:.3f}") + " |")
     return out + [""]
 
 

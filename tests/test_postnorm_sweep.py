@@ -129,6 +129,7 @@ def test_a_tiny_sweep_trains_on_radam_keeps_the_valid_curve_and_never_translates
     tiny = dataclasses.replace(plan.PRESETS["tiny"], sweep_updates=3, sweep_grid=((1e-3, 1),))
     monkeypatch.setitem(plan.PRESETS, "tiny", tiny)
     monkeypatch.setattr(plan, "SWEEP_FAMILIES", ("admin",))
+    monkeypatch.setattr(plan, "PRENORM_CHECK", ())  # the same runner path; CI time
     work, report = tmp_path / "work", tmp_path / "report.md"
     assert fidelity.main(["--preset", "tiny", "--work-dir", str(work), "--report", str(report),
                           "--only", "postnorm-sweep", "--jobs", "1"]) == 0
@@ -140,3 +141,29 @@ def test_a_tiny_sweep_trains_on_radam_keeps_the_valid_curve_and_never_translates
     assert not (work / "runs" / name / "eval.out").read_text().count('"bleu"')
     text = report.read_text()
     assert f"| admin-{tiny.depths[-1]} | **{rec['valid_nll']:.3f}** | 0.001 / 1 |" in text
+
+
+def test_the_pre_norm_check_runs_at_its_own_point_then_at_the_post_norm_columns_choice():
+    """Issue 77 part 2: pre-norm and MSC at the middle depth at their own point (no dependency) and,
+    once every post-norm family has chosen, at the point most of them chose (a tie: post-norm's)."""
+    mid, own = CPU.depths[1], (CPU.lr, CPU.warmup)
+    first = plan.prenorm_check_runs(CPU, {})
+    assert [(r.system, r.lr, r.warmup) for r in first] == [
+        (f"sweep-lr{own[0]:g}-w{own[1]}-{fam}-{mid}", *own) for fam in plan.PRENORM_CHECK]
+    assert all(r.valid_only and r.updates == CPU.sweep_updates and "--post-norm" not in r.model for r in first)
+    assert "--msc-block-layers" in first[1].model
+    grid = list(CPU.sweep_grid)
+    # deepnorm, admin and transparent-post choose grid[2]; plain post-norm grid[0]: the majority wins
+    vals = {(fam, pt): 5.0 for fam in plan.SWEEP_FAMILIES for pt in grid}
+    for fam in plan.SWEEP_FAMILIES:
+        vals[(fam, grid[0] if fam == "postnorm" else grid[2])] = 3.0
+    res = _records(vals)
+    assert plan.postnorm_point(CPU, res) == grid[2]
+    later = plan.prenorm_check_runs(CPU, res)
+    assert [(r.lr, r.warmup) for r in later] == [own, own, grid[2], grid[2]]
+    # a 2-2 tie: plain post-norm's choice
+    vals[("deepnorm", grid[2])], vals[("deepnorm", grid[0])] = 5.0, 3.0
+    assert plan.postnorm_point(CPU, _records(vals)) == grid[0]
+    # an unfinished family: no point yet, and only the own-point runs are planned
+    del vals[("admin", grid[3])]
+    assert plan.postnorm_point(CPU, _records(vals)) is None and len(plan.prenorm_check_runs(CPU, _records(vals))) == 2
