@@ -263,6 +263,34 @@ def test_a_failing_preflight_runs_nothing(tmp_path):
     assert not ran.exists()
 
 
+def test_the_command_line_layer_hands_the_runner_its_quick_commands(tmp_path, monkeypatch):
+    """The runner runs a quick command in this process only when deepnmt_cli registered it (the library
+    never imports deepnmt_cli); it gets the command's arguments, and a non-zero exit is a failed stage."""
+    import deepnmt_cli
+    from deepnmt_cli import average_checkpoints, extract_student
+
+    monkeypatch.setattr(job_runner, "IN_PROCESS", {})
+    deepnmt_cli.in_process_commands()
+    assert job_runner.IN_PROCESS == {"deepnmt-average-checkpoints": average_checkpoints.main,
+                                     "deepnmt-extract-student": extract_student.main}
+    calls = []
+
+    def fake_main(argv):
+        calls.append(argv)
+        Path(argv[-1]).write_text("averaged")
+        return 0
+
+    job_runner.IN_PROCESS["deepnmt-average-checkpoints"] = fake_main
+    out = tmp_path / "avg.pt"
+    st = Stage("average", ["deepnmt-average-checkpoints", "--inputs", tmp_path, "--output", out], out)
+    job_runner.Runner("t", echo=lambda line: None).run([st])
+    assert calls == [["--inputs", str(tmp_path), "--output", str(out)]] and out.read_text() == "averaged"
+    job_runner.IN_PROCESS["deepnmt-average-checkpoints"] = lambda argv: 2
+    with pytest.raises(job_runner.RunError, match="deepnmt-average-checkpoints failed \\(exit 2\\)"):
+        job_runner.Runner("t", echo=lambda line: None).run([Stage("average", ["deepnmt-average-checkpoints"],
+                                                                  tmp_path / "other.pt")])
+
+
 def test_settings_guard_refuses_other_settings_naming_the_flag(tmp_path):
     job_runner.settings_guard(tmp_path, {"lr": 1, "seed": 1})
     job_runner.settings_guard(tmp_path, {"lr": 1, "seed": 1})  # the same: resume

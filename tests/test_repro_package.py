@@ -2,7 +2,7 @@
 
 * the registry takes architecture names, CAD defaults and the papers' parameter counts
   from the model code (models/architectures.py), it does not copy or rebuild them;
-* ``deepnmt-repro`` / ``python -m deepnmt_fairseq.repro``;
+* ``deepnmt-repro`` / ``python -m deepnmt_cli.repro``;
 * several ranks of one multi-stage run (torchrun / Slurm): the non-zero ranks wait for
   rank 0's done markers instead of failing on inputs rank 0 is still writing;
 * (slow) a wheel built from the checkout works in a fresh virtual environment, from a
@@ -265,8 +265,7 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
         names = set(z.namelist())
         entry_points = next(z.read(n).decode() for n in names if n.endswith("entry_points.txt"))
     assert "deepnmt_fairseq/repro/registry/__init__.py" in names and "deepnmt_fairseq/repro/registry/gpkd.py" in names
-    for mod in ("spec", "commands", "evaluate", "scoring", "hydra_config", "tables", "cli",
-                "__main__"):
+    for mod in ("spec", "commands", "evaluate", "scoring", "hydra_config", "tables", "cli"):
         assert f"deepnmt_fairseq/repro/{mod}.py" in names, mod
     assert "deepnmt-repro = deepnmt_cli.repro:main" in entry_points
     assert "deepnmt_cli/repro.py" in names
@@ -304,7 +303,7 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
     names = run(str(venv / "bin" / "deepnmt-repro"), "list", "--names").split()
     assert set(PER_PAPER) <= set(names) and len(names) == len(reg.EXPERIMENTS)
     for i, name in enumerate(PER_PAPER):
-        cmd = [str(vpy), "-m", "deepnmt_fairseq.repro"] if i == 0 else [str(venv / "bin" / "deepnmt-repro")]
+        cmd = [str(vpy), "-m", "deepnmt_cli.repro"] if i == 0 else [str(venv / "bin" / "deepnmt-repro")]
         out = run(*cmd, "train", name, "--dry-run", "--gpus", "8")
         trains = [ln for ln in out.splitlines() if "fairseq-train" in ln]
         assert trains, out

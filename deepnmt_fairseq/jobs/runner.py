@@ -17,8 +17,6 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import os
 import re
@@ -34,10 +32,11 @@ from .stage import JobError, Stage, make_log, quote
 # progress, fairseq-generate's summary, errors
 PROGRESS = re.compile(r"\bepoch \d+|done training|valid on|\[skd |Translated \d|error|Error|Traceback|exported ")
 
-# the package's own quick commands run in this process (no second interpreter and fairseq import,
-# which take half a minute on a loaded 2-core machine): console script -> module with main(argv)
-IN_PROCESS = {"deepnmt-average-checkpoints": "deepnmt_cli.average_checkpoints",
-              "deepnmt-extract-student": "deepnmt_cli.extract_student"}
+#: the package's own quick commands that may run in this process (no second interpreter and fairseq
+#: import, which take half a minute on a loaded 2-core machine): console script -> its ``main(argv)``.
+#: The command-line layer fills it (:func:`deepnmt_cli.in_process_commands`) before it calls the
+#: library; the library never imports that layer, and without it every command runs as a process.
+IN_PROCESS: Dict[str, Callable[[List[str]], Optional[int]]] = {}
 
 #: seconds between looks at rank 0's markers
 WAIT_POLL = 30.0
@@ -67,13 +66,6 @@ def settings_guard(work: Path, settings: Dict, name: str = "settings.json", flag
     tmp = stamp.with_suffix(".tmp")
     tmp.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, stamp)
-
-
-def _importable(module: Optional[str]) -> bool:
-    try:
-        return module is not None and importlib.util.find_spec(module) is not None
-    except ImportError:
-        return False
 
 
 def _resolve(name: str) -> str:
@@ -187,9 +179,10 @@ class Runner:
         """Run ``argv`` (a console script by name first); its output goes to ``log`` (appended:
         a resumed stage keeps its history) and to the console (all of it, or its progress lines)."""
         argv = [str(a) for a in argv]
-        if self.in_process and _importable(IN_PROCESS.get(argv[0])):
+        main = IN_PROCESS.get(argv[0]) if self.in_process else None
+        if main is not None:
             self.log("$ " + quote(argv))
-            rc = importlib.import_module(IN_PROCESS[argv[0]]).main(argv[1:])
+            rc = main(argv[1:])
             if rc:
                 raise self.error(f"stage {name}: {argv[0]} failed (exit {rc})")
             return
