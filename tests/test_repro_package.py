@@ -269,6 +269,7 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
         assert f"deepnmt_fairseq/repro/{mod}.py" in names, mod
     assert "deepnmt-repro = deepnmt_cli.repro:main" in entry_points
     assert "deepnmt_cli/repro.py" in names
+    assert "deepnmt_fairseq/repro/templates/reproduction.md" in names  # docs/reproduction.md's prose
     # the data preparation (deepnmt_data, no torch) travels with the wheel, with its command
     assert {"deepnmt_data/corpora.py", "deepnmt_data/cnndm.py", "deepnmt_data/prepare/cli.py"} <= names
     assert "deepnmt-prepare-data = deepnmt_data.prepare.cli:main" in entry_points
@@ -315,6 +316,10 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
             assert str(outside / "ck" / "gpkd-wmt14-ende-48L-ssl-gp-e2-d6-teacher" / "skd" / "bin") in out
         else:  # default data root: ./work under the current directory
             assert f" {outside / 'work' / 'data'}/" in trains[0]
+    # docs/reproduction.md from the installed package alone (its prose is package data)
+    run(str(venv / "bin" / "deepnmt-repro"), "table", "--docs", "--output", str(outside / "reproduction.md"))
+    assert (outside / "reproduction.md").read_text(encoding="utf-8") == (REPO / "docs" / "reproduction.md").read_text(
+        encoding="utf-8")
     # one data preparation, planned (--dry-run) by the installed command, where deepnmt-repro reads the data
     out = run(str(venv / "bin" / "deepnmt-prepare-data"), "iwslt14-de-en", "--dry-run")
     assert f"output: {outside / 'work' / 'data' / 'iwslt14-de-en'}\n" in out, out
