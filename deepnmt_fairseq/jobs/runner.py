@@ -106,8 +106,8 @@ class Runner:
     def run(self, stages: Iterable[Stage]) -> None:
         stages = list(stages)
         for st in stages:
-            if st.preflight is not None and not st.is_done():
-                st.preflight()
+            if st.inputs.preflight is not None and not st.is_done():
+                st.inputs.preflight()
         # markers written by rank 0 in this run: a non-zero rank may get to a stage before rank 0 wrote them
         produced = {st.done_file(): st for st in stages}
         for i, st in enumerate(stages, 1):
@@ -124,26 +124,26 @@ class Runner:
 
     def _stage(self, st: Stage, head: str, stages: Sequence[Stage], produced: Dict[Path, Stage]) -> None:
         if self.is_rank0:
-            if st.refresh is not None:
-                st.refresh()
+            if st.completion.refresh is not None:
+                st.completion.refresh()
             st.failed_file().unlink(missing_ok=True)
         if st.is_done():
             self.log(f"{head}: done earlier ({st.done_file()})" +
-                     ("; skipping - delete that .done file to train further" if st.history else ""))
+                     ("; skipping - delete that .done file to train further" if st.training.history else ""))
             return
         if not self.is_rank0:
             # inputs from outside this run (another experiment, a stage not selected) exist or never will;
             # the others are rank 0's to write, maybe still under way: wait for them, then check
-            self.check_inputs([n for n in st.needs if n not in produced])
-            if st.rank0_only:  # rank 0 runs it; here only its result counts
+            self.check_inputs([n for n in st.inputs.needs if n not in produced])
+            if st.action.rank0_only:  # rank 0 runs it; here only its result counts
                 self.wait_for(st, st, stages)
                 return
-            for n in st.needs:
+            for n in st.inputs.needs:
                 if n in produced and not n.exists():
                     self.wait_for(produced[n], st, stages)
-        self.check_inputs(st.needs)
-        if st.batch and st.batch["effective_tokens_per_update"] > 1.25 * st.batch["tokens_per_update"]:
-            b = st.batch
+        self.check_inputs(st.inputs.needs)
+        b = st.training.batch
+        if b and b["effective_tokens_per_update"] > 1.25 * b["tokens_per_update"]:
             self.log(f"warning: {b['world_size']} processes x {b['max_tokens']} tokens exceed the paper's "
                      f"{b['tokens_per_update']} tokens per update; use fewer GPUs or --max-tokens")
         self.log(f"{head}: {st.what}")
@@ -155,19 +155,19 @@ class Runner:
     def execute(self, st: Stage, t0: Optional[float] = None) -> None:
         t0 = time.time() if t0 is None else t0
         argv: List[str] = []
-        if st.call is not None:
-            st.call()
+        if st.action.call is not None:
+            st.action.call()
         else:
             argv = st.command()
-            if st.history and self.is_rank0:
-                record_command(st.output, argv, st.batch, self.log)
+            if st.training.history and self.is_rank0:
+                record_command(st.completion.output, argv, st.training.batch, self.log)
             try:
-                self.command(argv, st.log if self.is_rank0 else None, st.name)
+                self.command(argv, st.action.log if self.is_rank0 else None, st.name)
             except self.error:
-                if not (st.ok_if_output and st.done_file().exists()):
+                if not (st.completion.ok_if_output and st.done_file().exists()):
                     raise
-        if st.marker and self.is_rank0:
-            st.output.mkdir(parents=True, exist_ok=True)
+        if st.completion.marker and self.is_rank0:
+            st.completion.output.mkdir(parents=True, exist_ok=True)
             st.done_file().write_text(json.dumps({"finished": time.strftime("%Y-%m-%d %H:%M:%S"),
                                                   "argv": argv,
                                                   "seconds": round(time.time() - t0, 1)}) + "\n")
