@@ -8,7 +8,7 @@ This package is outside ``deepnmt_fairseq`` on purpose: importing ``deepnmt_fair
 the plugin in fairseq (what ``--user-dir`` needs), which imports torch and fairseq.
 
 Nothing in ``deepnmt_fairseq``, ``deepnmt_data`` or ``deepnmt_deploy`` imports this package (by an
-import or by a module name; tests/test_import_direction.py): the arrows run from here to the library.
+import or by a module name; tests/test_import_cycles.py): the arrows run from here to the library.
 """
 
 from __future__ import annotations

@@ -187,13 +187,14 @@ def f():
 
 def test_the_arrow_checker_finds_imports_and_module_names_in_strings(tmp_path):
     assert [h.split(":")[0] for h in cli_names_in_strings(SAMPLE)] == ["line 7", "line 8", "line 9", "line 10"]
-    for name, text in {"deepnmt_fairseq/__init__.py": "", "deepnmt_fairseq/uses_cli.py": SAMPLE,
-                       "deepnmt_cli/__init__.py": "", "deepnmt_cli/repro.py": ""}.items():
-        (tmp_path / name).parent.mkdir(exist_ok=True)
-        (tmp_path / name).write_text(text)
-    mods = {"deepnmt_fairseq": tmp_path / "deepnmt_fairseq/__init__.py",
-            "deepnmt_fairseq.uses_cli": tmp_path / "deepnmt_fairseq/uses_cli.py",
-            "deepnmt_cli": tmp_path / "deepnmt_cli/__init__.py", "deepnmt_cli.repro": tmp_path / "deepnmt_cli/repro.py"}
+    mods = {}
+    for mod, text in {"deepnmt_fairseq": "", "deepnmt_fairseq.uses_cli": SAMPLE, "deepnmt_cli": "",
+                      "deepnmt_cli.repro": ""}.items():
+        package, _, name = mod.rpartition(".")
+        path = tmp_path.joinpath(*package.split("."), name + ".py") if package else tmp_path / mod / "__init__.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        mods[mod] = path
     found = arrows_into_cli(mods)
     assert found[:2] == ["deepnmt_fairseq.uses_cli imports deepnmt_cli",
                          "deepnmt_fairseq.uses_cli imports deepnmt_cli.repro"]
