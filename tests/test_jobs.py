@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from deepnmt_fairseq.jobs import cluster, runner as job_runner
-from deepnmt_fairseq.jobs.stage import JobError, Stage
+from deepnmt_fairseq.jobs.stage import Action, Completion, Inputs, JobError, Stage, Training
 from deepnmt_fairseq.repro import commands
 from deepnmt_fairseq.repro.registry import EXPERIMENTS
 
@@ -229,6 +229,24 @@ def test_distillations_default_training_flags_are_the_registrys_gpkd_recipe():
 def _py(code):
     return ["python3", "-c", code]
 
+
+def test_a_stage_is_built_from_flat_keywords_into_its_parts(tmp_path):
+    out, need, log = tmp_path / "out", tmp_path / "in" / ".done", tmp_path / "train.log"
+    batch = {"tokens_per_update": 8, "effective_tokens_per_update": 8}
+    st = Stage("s", ["fairseq-train", 7], out, marker=True, log=log, what="train it", kind="train", rank0_only=True,
+               needs=[need], batch=batch, history=True, ok_if_output=True)
+    assert (st.name, st.kind, st.what) == ("s", "train", "train it")
+    assert st.action == Action(["fairseq-train", 7], log=log, rank0_only=True)
+    assert st.completion == Completion(out, marker=True, ok_if_output=True)
+    assert st.inputs == Inputs([need]) and st.training == Training(batch, history=True)
+    assert (st.argv, st.output, st.needs, st.batch, st.rank0_only) == (["fairseq-train", 7], out, [need], batch, True)
+    assert st.command() == ["fairseq-train", "7"] and st.done_file() == out / ".done" and not st.is_done()
+    (out / ".done").parent.mkdir()
+    (out / ".done").touch()
+    assert st.is_done() and st.failed_file() == out / ".done.failed"
+    skd = Stage("skd", lambda: ["deepnmt-skd"], out / "bin", done=out / "bin" / ".done")
+    assert skd.done_file() == out / "bin" / ".done" and skd.command() == ["deepnmt-skd"] and skd.needs == []
+    assert Stage("avg", [], tmp_path / "avg.pt").done_file() == tmp_path / "avg.pt"  # written atomically
 
 def test_runner_skips_done_stages_checks_first_and_names_the_failing_stage(tmp_path):
     lines = []

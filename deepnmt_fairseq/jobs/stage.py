@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, TextIO, Union
 
@@ -112,10 +112,23 @@ class Training:
     history: bool = False
 
 
-def _part(part: str, name: str) -> property:
-    return property(lambda self: getattr(getattr(self, part), name), doc=f"``{part}.{name}``")
+#: a stage's parts: attribute -> class
+PARTS = {"action": Action, "completion": Completion, "inputs": Inputs, "training": Training}
 
 
+def _read_through(cls):
+    """Every field of every part reads as the stage's own: ``stage.output`` is ``stage.completion.output``."""
+
+    def view(part: str, name: str) -> property:
+        return property(lambda self: getattr(getattr(self, part), name), doc=f"``{part}.{name}``")
+
+    for part, kind in PARTS.items():
+        for f in fields(kind):
+            setattr(cls, f.name, view(part, f.name))
+    return cls
+
+
+@_read_through
 @dataclass(init=False)
 class Stage:
     """One step of a job: a ``name``, its ``kind`` (train, average, skd, extract, export, report) and
@@ -145,20 +158,6 @@ class Stage:
         self.completion = Completion(output, marker, done, ok_if_output, refresh)
         self.inputs = Inputs(needs if needs is not None else [], preflight)
         self.training = Training(batch, history)
-
-    argv = _part("action", "argv")
-    call = _part("action", "call")
-    log = _part("action", "log")
-    rank0_only = _part("action", "rank0_only")
-    output = _part("completion", "output")
-    marker = _part("completion", "marker")
-    done = _part("completion", "done")
-    ok_if_output = _part("completion", "ok_if_output")
-    refresh = _part("completion", "refresh")
-    needs = _part("inputs", "needs")
-    preflight = _part("inputs", "preflight")
-    batch = _part("training", "batch")
-    history = _part("training", "history")
 
     def done_file(self) -> Path:
         return self.completion.done_file()
