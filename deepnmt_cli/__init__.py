@@ -7,7 +7,8 @@ function, ``deepnmt_fairseq.<module>.run(args)``, imported only after the argume
 This package is outside ``deepnmt_fairseq`` on purpose: importing ``deepnmt_fairseq`` registers
 the plugin in fairseq (what ``--user-dir`` needs), which imports torch and fairseq.
 
-Nothing in ``deepnmt_fairseq`` imports this package.
+Nothing in ``deepnmt_fairseq``, ``deepnmt_data`` or ``deepnmt_deploy`` imports this package (by an
+import or by a module name; tests/test_import_cycles.py): the arrows run from here to the library.
 """
 
 from __future__ import annotations
@@ -27,6 +28,21 @@ USER_ERRORS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirect
                # a file that is not a checkpoint, or one that pickles code (checkpoint_safety)
                "deepnmt_fairseq.checkpoint_safety:CorruptCheckpointError",
                "deepnmt_fairseq.checkpoint_safety:UnsafeCheckpointError")
+
+
+#: the quick commands the job runner may run in its own process instead of starting an interpreter
+#: (:data:`deepnmt_fairseq.jobs.runner.IN_PROCESS`; the library cannot name them: it never imports
+#: this package): console script -> "module:main"
+IN_PROCESS = {"deepnmt-average-checkpoints": "deepnmt_cli.average_checkpoints:main",
+              "deepnmt-extract-student": "deepnmt_cli.extract_student:main"}
+
+
+def in_process_commands() -> None:
+    """Hand the job runner :data:`IN_PROCESS` (imports the library: call it once arguments parsed)."""
+    from deepnmt_fairseq.jobs import runner
+
+    for name, target in IN_PROCESS.items():
+        runner.IN_PROCESS.setdefault(name, _resolve(target))
 
 
 #: the one --help layout (deepnmt_deploy/help_format.py)
@@ -61,6 +77,7 @@ def run(prog: str, target: str, args: argparse.Namespace, errors: Sequence[Union
     from deepnmt_fairseq.console import quiet_known_warnings
 
     quiet_known_warnings()  # known-harmless hydra/torch/fairseq warnings (deepnmt_fairseq/console.py)
+    in_process_commands()  # the job runner's quick commands (deepnmt-distill runs averaging in-process)
     fn: Callable[[argparse.Namespace], Optional[int]] = _resolve(target)
     caught = tuple(_resolve(e) if isinstance(e, str) else e for e in (*USER_ERRORS, *errors))
     try:

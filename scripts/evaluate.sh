@@ -18,4 +18,4 @@ PY="${PYTHON:-python3}"
 # the checkout's work/ unless the environment says otherwise (deepnmt-repro alone: ./work)
 export DEEPNMT_DATA="${DEEPNMT_DATA:-$(dirname "$HERE")/work/data}"
 export DEEPNMT_CHECKPOINTS="${DEEPNMT_CHECKPOINTS:-$(dirname "$HERE")/work/checkpoints}"
-exec "$PY" -m deepnmt_fairseq.repro evaluate "$@"
+exec "$PY" -m deepnmt_cli.repro evaluate "$@"

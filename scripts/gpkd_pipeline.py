@@ -190,6 +190,9 @@ def main(argv=None):
         for i, st in enumerate([*stages, *gpkd], 1):
             print(f"{i}. {st.name}{' (done)' if st.is_done() else ''}: {st.command_line()}")
         return 0
+    from deepnmt_cli import in_process_commands
+
+    in_process_commands()  # averaging and extraction run in this process
     try:
         Runner("gpkd").run([*stages, *gpkd])
     except RunError as err:

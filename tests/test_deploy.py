@@ -323,10 +323,11 @@ def test_token_scores_equal(flags, tmp_path):
 @pytest.mark.parametrize("flags,needle", [
     (["--deep-memory", "msc", "--msc-block-layers", "2", "--decoder-layers", "2"], "MSC"),
     (["--deep-memory", "transparent"], "transparent attention"),
+    (["--deep-memory", "dlcl"], "DLCL (--deep-memory dlcl)"),
     (["--cad-drop-depth", "1", "--cad-drop-ratio", "1.0"], "--cad-drop-ratio 1"),
     (["--rpr-max-relative-position", "4"], "absolute and relative positions together"),
     (["--no-encoder-residual"], "--no-encoder-residual"),
-], ids=["msc", "transparent", "cad_ratio_1", "absolute_and_relative", "no_residual"])
+], ids=["msc", "transparent", "dlcl", "cad_ratio_1", "absolute_and_relative", "no_residual"])
 def test_refusals_name_the_feature(flags, needle):
     from deepnmt_fairseq.deploy.export import NotExportable, check_exportable, refusals
 
@@ -337,16 +338,6 @@ def test_refusals_name_the_feature(flags, needle):
         check_exportable(model)
     if needle.startswith("absolute"):
         assert "CTranslate2 4.8.5" in why[0] and "silently" in why[0]
-
-
-def test_dlcl_refused_if_present():
-    from deepnmt_fairseq.deploy.export import refusals
-    from deepnmt_fairseq.memories import MEMORIES
-
-    if "dlcl" not in MEMORIES:
-        pytest.skip("no DLCL memory in this tree")
-    why = refusals(build_model(extra=[*TINY, "--deep-memory", "dlcl"]))
-    assert any("DLCL" in w for w in why), why
 
 
 def test_rnmt_plus_refused():

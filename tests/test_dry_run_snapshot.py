@@ -52,12 +52,8 @@ def _placeholders(text: str) -> str:
 
 def dry_runs() -> str:
     """The text of every row's dry run under every launch, in registry order."""
+    from deepnmt_cli.repro import main  # the console script's entry point (it parses, deepnmt_fairseq.repro runs)
     from deepnmt_fairseq.repro.registry import EXPERIMENTS
-
-    try:  # the console script's entry point (deepnmt_cli parses, deepnmt_fairseq.repro runs)
-        from deepnmt_cli.repro import main
-    except ImportError:  # before the console scripts moved to deepnmt_cli
-        from deepnmt_cli.repro import main
 
     saved = dict(os.environ)
     out = []

@@ -11,6 +11,7 @@ it is not something the code chose.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import Dict, List, Set
 
@@ -131,15 +132,82 @@ def test_serving_and_data_packages_do_not_import_the_training_package():
             assert not bad, f"{mod} imports {bad}"
 
 
-def test_library_code_never_imports_the_console_scripts():
-    """deepnmt_cli only parses arguments; the library (and the data/serving packages) never reach
-    up into it, at module level or inside a function (issue 68)."""
-    graph = import_graph(_modules())
-    for mod, edges in graph.items():
-        # a package's __main__ (python -m ...) is an entry point, like a console script
-        if not mod.startswith("deepnmt_cli") and not mod.endswith("__main__") and mod.split(".")[0] in PACKAGES:
-            bad = sorted(e for e in edges if e.startswith("deepnmt_cli"))
-            assert not bad, f"{mod} imports the console scripts {bad}: move what both need into the library"
+#: a module name of the command-line layer inside a string ("deepnmt_cli.x", "deepnmt_cli.x:main"): what
+#: importlib.import_module, runpy.run_module, ``python -m`` or an entry-point table would be handed
+CLI_NAME = re.compile(r"(?<![\w/.])deepnmt_cli(\.\w+)*(:\w+)?(?![\w/])")
+LIBRARY = ("deepnmt_fairseq", "deepnmt_data", "deepnmt_deploy")
+
+
+def _docstrings(tree: ast.AST) -> Set[int]:
+    """ids of the docstring nodes (prose may name the command that parses a function's arguments)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str):
+                out.add(id(first.value))
+    return out
+
+
+def cli_names_in_strings(source: str) -> List[str]:
+    """The strings (not docstrings) of ``source`` that name a module of deepnmt_cli, with their line."""
+    tree = ast.parse(source)
+    docs = _docstrings(tree)
+    hits = [node for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docs and CLI_NAME.search(node.value)]
+    return [f"line {node.lineno}: {node.value!r}" for node in sorted(hits, key=lambda n: (n.lineno, n.col_offset))]
+
+
+def arrows_into_cli(mods: Dict[str, Path]) -> List[str]:
+    """Every way a module of the library rooms reaches deepnmt_cli: an import statement (at module level
+    or in a function), or a module name in a string (importlib, runpy, ``python -m``)."""
+    graph = import_graph(mods)
+    out = []
+    for mod, path in sorted(mods.items()):
+        if mod.split(".")[0] not in LIBRARY:
+            continue
+        out += [f"{mod} imports {e}" for e in sorted(graph[mod]) if e.split(".")[0] == "deepnmt_cli"]
+        out += [f"{mod} names {hit}" for hit in cli_names_in_strings(path.read_text(encoding="utf-8"))]
+    return out
+
+
+SAMPLE = '''"""Arguments: deepnmt_cli.repro (a docstring may say so)."""
+import importlib, runpy, subprocess, sys
+from deepnmt_cli import run
+def f():
+    """Parsed by deepnmt_cli/distill.py."""
+    import deepnmt_cli.repro
+    importlib.import_module("deepnmt_cli.average_checkpoints").main([])
+    runpy.run_module("deepnmt_cli.repro")
+    subprocess.run([sys.executable, "-m", "deepnmt_cli.repro", "list"])
+    return {"deepnmt-skd": "deepnmt_cli.skd:main", "path": "see deepnmt_cli/skd.py"}
+'''
+
+
+def test_the_arrow_checker_finds_imports_and_module_names_in_strings(tmp_path):
+    assert [h.split(":")[0] for h in cli_names_in_strings(SAMPLE)] == ["line 7", "line 8", "line 9", "line 10"]
+    mods = {}
+    for mod, text in {"deepnmt_fairseq": "", "deepnmt_fairseq.uses_cli": SAMPLE, "deepnmt_cli": "",
+                      "deepnmt_cli.repro": ""}.items():
+        package, _, name = mod.rpartition(".")
+        path = tmp_path.joinpath(*package.split("."), name + ".py") if package else tmp_path / mod / "__init__.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        mods[mod] = path
+    found = arrows_into_cli(mods)
+    assert found[:2] == ["deepnmt_fairseq.uses_cli imports deepnmt_cli",
+                         "deepnmt_fairseq.uses_cli imports deepnmt_cli.repro"]
+    assert [f.split(":")[0] for f in found[2:]] == [f"deepnmt_fairseq.uses_cli names line {n}" for n in (7, 8, 9, 10)]
+
+
+def test_library_code_never_reaches_the_console_scripts():
+    """deepnmt_cli only parses arguments and calls the library; the library (and the data/serving
+    packages) never reach up into it: not by an import (module level, in a function, in a package's
+    __main__), nor by a module name handed to importlib, runpy or ``python -m`` (issues 68, 80)."""
+    arrows = arrows_into_cli(_modules())
+    assert not arrows, "arrows into the command-line layer (move what both need into the library):\n" + \
+        "\n".join(arrows)
 
 
 def test_console_scripts_import_no_heavy_module_at_module_level():

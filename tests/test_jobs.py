@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from deepnmt_fairseq.jobs import cluster, runner as job_runner
-from deepnmt_fairseq.jobs.stage import JobError, Stage
+from deepnmt_fairseq.jobs.stage import Action, Completion, Inputs, JobError, Stage, Training
 from deepnmt_fairseq.repro import commands
 from deepnmt_fairseq.repro.registry import EXPERIMENTS
 
@@ -230,6 +230,24 @@ def _py(code):
     return ["python3", "-c", code]
 
 
+def test_a_stage_is_built_from_flat_keywords_into_its_parts(tmp_path):
+    out, need, log = tmp_path / "out", tmp_path / "in" / ".done", tmp_path / "train.log"
+    batch = {"tokens_per_update": 8, "effective_tokens_per_update": 8}
+    st = Stage("s", ["fairseq-train", 7], out, marker=True, log=log, what="train it", kind="train", rank0_only=True,
+               needs=[need], batch=batch, history=True, ok_if_output=True)
+    assert (st.name, st.kind, st.what) == ("s", "train", "train it")
+    assert st.action == Action(["fairseq-train", 7], log=log, rank0_only=True)
+    assert st.completion == Completion(out, marker=True, ok_if_output=True)
+    assert st.inputs == Inputs([need]) and st.training == Training(batch, history=True)
+    assert (st.argv, st.output, st.needs, st.batch, st.rank0_only) == (["fairseq-train", 7], out, [need], batch, True)
+    assert st.command() == ["fairseq-train", "7"] and st.done_file() == out / ".done" and not st.is_done()
+    (out / ".done").parent.mkdir()
+    (out / ".done").touch()
+    assert st.is_done() and st.failed_file() == out / ".done.failed"
+    skd = Stage("skd", lambda: ["deepnmt-skd"], out / "bin", done=out / "bin" / ".done")
+    assert skd.done_file() == out / "bin" / ".done" and skd.command() == ["deepnmt-skd"] and skd.needs == []
+    assert Stage("avg", [], tmp_path / "avg.pt").done_file() == tmp_path / "avg.pt"  # written atomically
+
 def test_runner_skips_done_stages_checks_first_and_names_the_failing_stage(tmp_path):
     lines = []
     runner = job_runner.Runner("t", echo=lines.append, in_process=False)
@@ -261,6 +279,34 @@ def test_a_failing_preflight_runs_nothing(tmp_path):
     with pytest.raises(cluster.ClusterError, match="no data"):
         job_runner.Runner("t", echo=lambda line: None, in_process=False).run([st])
     assert not ran.exists()
+
+
+def test_the_command_line_layer_hands_the_runner_its_quick_commands(tmp_path, monkeypatch):
+    """The runner runs a quick command in this process only when deepnmt_cli registered it (the library
+    never imports deepnmt_cli); it gets the command's arguments, and a non-zero exit is a failed stage."""
+    import deepnmt_cli
+    from deepnmt_cli import average_checkpoints, extract_student
+
+    monkeypatch.setattr(job_runner, "IN_PROCESS", {})
+    deepnmt_cli.in_process_commands()
+    assert job_runner.IN_PROCESS == {"deepnmt-average-checkpoints": average_checkpoints.main,
+                                     "deepnmt-extract-student": extract_student.main}
+    calls = []
+
+    def fake_main(argv):
+        calls.append(argv)
+        Path(argv[-1]).write_text("averaged")
+        return 0
+
+    job_runner.IN_PROCESS["deepnmt-average-checkpoints"] = fake_main
+    out = tmp_path / "avg.pt"
+    st = Stage("average", ["deepnmt-average-checkpoints", "--inputs", tmp_path, "--output", out], out)
+    job_runner.Runner("t", echo=lambda line: None).run([st])
+    assert calls == [["--inputs", str(tmp_path), "--output", str(out)]] and out.read_text() == "averaged"
+    job_runner.IN_PROCESS["deepnmt-average-checkpoints"] = lambda argv: 2
+    with pytest.raises(job_runner.RunError, match="deepnmt-average-checkpoints failed \\(exit 2\\)"):
+        job_runner.Runner("t", echo=lambda line: None).run([Stage("average", ["deepnmt-average-checkpoints"],
+                                                                  tmp_path / "other.pt")])
 
 
 def test_settings_guard_refuses_other_settings_naming_the_flag(tmp_path):

@@ -2,7 +2,7 @@
 
 * the registry takes architecture names, CAD defaults and the papers' parameter counts
   from the model code (models/architectures.py), it does not copy or rebuild them;
-* ``deepnmt-repro`` / ``python -m deepnmt_fairseq.repro``;
+* ``deepnmt-repro`` / ``python -m deepnmt_cli.repro``;
 * several ranks of one multi-stage run (torchrun / Slurm): the non-zero ranks wait for
   rank 0's done markers instead of failing on inputs rank 0 is still writing;
 * (slow) a wheel built from the checkout works in a fresh virtual environment, from a
@@ -265,11 +265,11 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
         names = set(z.namelist())
         entry_points = next(z.read(n).decode() for n in names if n.endswith("entry_points.txt"))
     assert "deepnmt_fairseq/repro/registry/__init__.py" in names and "deepnmt_fairseq/repro/registry/gpkd.py" in names
-    for mod in ("spec", "commands", "evaluate", "scoring", "hydra_config", "tables", "cli",
-                "__main__"):
+    for mod in ("spec", "commands", "evaluate", "scoring", "hydra_config", "tables", "cli"):
         assert f"deepnmt_fairseq/repro/{mod}.py" in names, mod
     assert "deepnmt-repro = deepnmt_cli.repro:main" in entry_points
     assert "deepnmt_cli/repro.py" in names
+    assert "deepnmt_fairseq/repro/templates/reproduction.md" in names  # docs/reproduction.md's prose
     # the data preparation (deepnmt_data, no torch) travels with the wheel, with its command
     assert {"deepnmt_data/corpora.py", "deepnmt_data/cnndm.py", "deepnmt_data/prepare/cli.py"} <= names
     assert "deepnmt-prepare-data = deepnmt_data.prepare.cli:main" in entry_points
@@ -304,7 +304,7 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
     names = run(str(venv / "bin" / "deepnmt-repro"), "list", "--names").split()
     assert set(PER_PAPER) <= set(names) and len(names) == len(reg.EXPERIMENTS)
     for i, name in enumerate(PER_PAPER):
-        cmd = [str(vpy), "-m", "deepnmt_fairseq.repro"] if i == 0 else [str(venv / "bin" / "deepnmt-repro")]
+        cmd = [str(vpy), "-m", "deepnmt_cli.repro"] if i == 0 else [str(venv / "bin" / "deepnmt-repro")]
         out = run(*cmd, "train", name, "--dry-run", "--gpus", "8")
         trains = [ln for ln in out.splitlines() if "fairseq-train" in ln]
         assert trains, out
@@ -316,6 +316,10 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
             assert str(outside / "ck" / "gpkd-wmt14-ende-48L-ssl-gp-e2-d6-teacher" / "skd" / "bin") in out
         else:  # default data root: ./work under the current directory
             assert f" {outside / 'work' / 'data'}/" in trains[0]
+    # docs/reproduction.md from the installed package alone (its prose is package data)
+    run(str(venv / "bin" / "deepnmt-repro"), "table", "--docs", "--output", str(outside / "reproduction.md"))
+    assert (outside / "reproduction.md").read_text(encoding="utf-8") == (REPO / "docs" / "reproduction.md").read_text(
+        encoding="utf-8")
     # one data preparation, planned (--dry-run) by the installed command, where deepnmt-repro reads the data
     out = run(str(venv / "bin" / "deepnmt-prepare-data"), "iwslt14-de-en", "--dry-run")
     assert f"output: {outside / 'work' / 'data' / 'iwslt14-de-en'}\n" in out, out

@@ -36,17 +36,28 @@ def test_prepare_tokenizes_bpe_and_binarizes_once(tmp_path):
     assert len(calls) == 1 and again == [f"data ready: {out}"]
 
 
-def test_the_quickstart_and_the_study_use_it():
-    import inspect
-
+def test_the_quickstart_prepares_its_corpus_with_it(tmp_path, monkeypatch):
+    """The quickstart's preparation is this one: the same tokenized and BPE files, the same
+    fairseq-preprocess arguments (the study's: tests/test_fidelity_report.py, --prepare-only)."""
     from deepnmt_fairseq import quickstart
 
+    data = _corpus(tmp_path / "corpus")
+    ran = []
+    monkeypatch.setattr(quickstart, "run", lambda cmd, **kw: ran.append([str(c) for c in cmd]))
+    monkeypatch.setattr(quickstart, "log", lambda msg: None)
+    out = quickstart.prepare(tmp_path / "qs", 20, 5, data)
+    ours = []
+    expected = small_corpus.prepare(tmp_path / "one", 20, data, 5, quickstart.SRC, quickstart.TGT,
+                                    log=lambda msg: None, binarize=ours.append)
     assert quickstart.DATA == small_corpus.EMBEDDED
-    assert "small_corpus.prepare" in inspect.getsource(quickstart.prepare)
-    import fidelity_runner  # benchmarks/ is on pytest's pythonpath (pyproject.toml)
-
-    assert "small_corpus.prepare" in inspect.getsource(fidelity_runner.prepare)
-    assert "import quickstart" not in inspect.getsource(fidelity_runner)
+    assert out == tmp_path / "qs" / "data-bin" and (out / ".done").exists()
+    files = sorted(f.name for f in (tmp_path / "one" / "tok").iterdir())
+    assert "bpe.codes" in files and "train.bpe.de" in files
+    assert sorted(f.name for f in (tmp_path / "qs" / "tok").iterdir()) == files
+    for name in files:
+        assert (tmp_path / "qs" / "tok" / name).read_bytes() == (tmp_path / "one" / "tok" / name).read_bytes(), name
+    (argv,) = ours
+    assert ran == [["fairseq-preprocess", *(a.replace(str(expected.parent), str(out.parent)) for a in argv)]]
 
 
 def test_the_quickstart_takes_another_corpus_and_ties_the_work_dir_to_it(tmp_path):

@@ -17,8 +17,6 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import os
 import re
@@ -34,10 +32,11 @@ from .stage import JobError, Stage, make_log, quote
 # progress, fairseq-generate's summary, errors
 PROGRESS = re.compile(r"\bepoch \d+|done training|valid on|\[skd |Translated \d|error|Error|Traceback|exported ")
 
-# the package's own quick commands run in this process (no second interpreter and fairseq import,
-# which take half a minute on a loaded 2-core machine): console script -> module with main(argv)
-IN_PROCESS = {"deepnmt-average-checkpoints": "deepnmt_cli.average_checkpoints",
-              "deepnmt-extract-student": "deepnmt_cli.extract_student"}
+#: the package's own quick commands that may run in this process (no second interpreter and fairseq
+#: import, which take half a minute on a loaded 2-core machine): console script -> its ``main(argv)``.
+#: The command-line layer fills it (:func:`deepnmt_cli.in_process_commands`) before it calls the
+#: library; the library never imports that layer, and without it every command runs as a process.
+IN_PROCESS: Dict[str, Callable[[List[str]], Optional[int]]] = {}
 
 #: seconds between looks at rank 0's markers
 WAIT_POLL = 30.0
@@ -67,13 +66,6 @@ def settings_guard(work: Path, settings: Dict, name: str = "settings.json", flag
     tmp = stamp.with_suffix(".tmp")
     tmp.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, stamp)
-
-
-def _importable(module: Optional[str]) -> bool:
-    try:
-        return module is not None and importlib.util.find_spec(module) is not None
-    except ImportError:
-        return False
 
 
 def _resolve(name: str) -> str:
@@ -114,8 +106,8 @@ class Runner:
     def run(self, stages: Iterable[Stage]) -> None:
         stages = list(stages)
         for st in stages:
-            if st.preflight is not None and not st.is_done():
-                st.preflight()
+            if st.inputs.preflight is not None and not st.is_done():
+                st.inputs.preflight()
         # markers written by rank 0 in this run: a non-zero rank may get to a stage before rank 0 wrote them
         produced = {st.done_file(): st for st in stages}
         for i, st in enumerate(stages, 1):
@@ -132,26 +124,26 @@ class Runner:
 
     def _stage(self, st: Stage, head: str, stages: Sequence[Stage], produced: Dict[Path, Stage]) -> None:
         if self.is_rank0:
-            if st.refresh is not None:
-                st.refresh()
+            if st.completion.refresh is not None:
+                st.completion.refresh()
             st.failed_file().unlink(missing_ok=True)
         if st.is_done():
             self.log(f"{head}: done earlier ({st.done_file()})" +
-                     ("; skipping - delete that .done file to train further" if st.history else ""))
+                     ("; skipping - delete that .done file to train further" if st.training.history else ""))
             return
         if not self.is_rank0:
             # inputs from outside this run (another experiment, a stage not selected) exist or never will;
             # the others are rank 0's to write, maybe still under way: wait for them, then check
-            self.check_inputs([n for n in st.needs if n not in produced])
-            if st.rank0_only:  # rank 0 runs it; here only its result counts
+            self.check_inputs([n for n in st.inputs.needs if n not in produced])
+            if st.action.rank0_only:  # rank 0 runs it; here only its result counts
                 self.wait_for(st, st, stages)
                 return
-            for n in st.needs:
+            for n in st.inputs.needs:
                 if n in produced and not n.exists():
                     self.wait_for(produced[n], st, stages)
-        self.check_inputs(st.needs)
-        if st.batch and st.batch["effective_tokens_per_update"] > 1.25 * st.batch["tokens_per_update"]:
-            b = st.batch
+        self.check_inputs(st.inputs.needs)
+        b = st.training.batch
+        if b and b["effective_tokens_per_update"] > 1.25 * b["tokens_per_update"]:
             self.log(f"warning: {b['world_size']} processes x {b['max_tokens']} tokens exceed the paper's "
                      f"{b['tokens_per_update']} tokens per update; use fewer GPUs or --max-tokens")
         self.log(f"{head}: {st.what}")
@@ -163,19 +155,19 @@ class Runner:
     def execute(self, st: Stage, t0: Optional[float] = None) -> None:
         t0 = time.time() if t0 is None else t0
         argv: List[str] = []
-        if st.call is not None:
-            st.call()
+        if st.action.call is not None:
+            st.action.call()
         else:
             argv = st.command()
-            if st.history and self.is_rank0:
-                record_command(st.output, argv, st.batch, self.log)
+            if st.training.history and self.is_rank0:
+                record_command(st.completion.output, argv, st.training.batch, self.log)
             try:
-                self.command(argv, st.log if self.is_rank0 else None, st.name)
+                self.command(argv, st.action.log if self.is_rank0 else None, st.name)
             except self.error:
-                if not (st.ok_if_output and st.done_file().exists()):
+                if not (st.completion.ok_if_output and st.done_file().exists()):
                     raise
-        if st.marker and self.is_rank0:
-            st.output.mkdir(parents=True, exist_ok=True)
+        if st.completion.marker and self.is_rank0:
+            st.completion.output.mkdir(parents=True, exist_ok=True)
             st.done_file().write_text(json.dumps({"finished": time.strftime("%Y-%m-%d %H:%M:%S"),
                                                   "argv": argv,
                                                   "seconds": round(time.time() - t0, 1)}) + "\n")
@@ -187,9 +179,10 @@ class Runner:
         """Run ``argv`` (a console script by name first); its output goes to ``log`` (appended:
         a resumed stage keeps its history) and to the console (all of it, or its progress lines)."""
         argv = [str(a) for a in argv]
-        if self.in_process and _importable(IN_PROCESS.get(argv[0])):
+        main = IN_PROCESS.get(argv[0]) if self.in_process else None
+        if main is not None:
             self.log("$ " + quote(argv))
-            rc = importlib.import_module(IN_PROCESS[argv[0]]).main(argv[1:])
+            rc = main(argv[1:])
             if rc:
                 raise self.error(f"stage {name}: {argv[0]} failed (exit {rc})")
             return

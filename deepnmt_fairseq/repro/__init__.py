@@ -7,7 +7,8 @@ deepnmt-extract-student) and runs them, ``evaluate`` averages/decodes/scores wit
 papers' BLEU variants (``scoring``), ``tables`` renders paper-vs-ours tables and
 docs/reproduction.md, ``hydra_config`` writes the ``configs/*.yaml`` files (the corpora
 registry is ``deepnmt_data.corpora``, what deepnmt-prepare-data builds), and ``cli`` is
-``deepnmt-repro`` (also ``python -m deepnmt_fairseq.repro``).
+``deepnmt-repro``'s sub-commands (its arguments: ``deepnmt_cli.repro``,
+also ``python -m deepnmt_cli.repro``).
 
 Importing ``deepnmt_fairseq`` loads fairseq (the package registers its models); the
 submodules import nothing else heavy at import time.

@@ -117,12 +117,16 @@ class RunOptions:
 
 
 # ---------------------------------------------------------------------- steps
-@dataclass
+@dataclass(init=False)
 class Step(Stage):
     """A stage of a registry experiment: the job model's :class:`Stage` with the experiment stage it
     belongs to (``stage``; ``name`` is ``stage/kind``)."""
 
     stage: str = ""
+
+    def __init__(self, *args, stage: str = "", **kw):
+        super().__init__(*args, **kw)
+        self.stage = stage
 
     @property
     def out(self) -> Path:

@@ -248,6 +248,16 @@ class Table:
     note: str = ""
 
 
+@dataclass(frozen=True)
+class Choice:
+    """A setting a paper leaves open or gives in words: ``what``, ``paper`` (its text) and ``ours`` (what the
+    registry does), a row of a paper's procedure table in docs/reproduction.md (registry ``PROCEDURES``)."""
+
+    what: str
+    paper: str
+    ours: str
+
+
 # ------------------------------------------------------------------------------ figures
 # A paper's figure as registry data (``registry.FIGURES``); ``figures.py`` reads the runs' logs and
 # results for it and plots them (``deepnmt-repro plot KEY``).

@@ -26,10 +26,10 @@ same architecture (:data:`OWN_PARAM_COUNTS` says why).
 
 from __future__ import annotations
 
-from typing import List
+from typing import Dict, List, Tuple
 
 from ...models.architectures import cad_defaults  # noqa: F401  (the model code's, not a copy)
-from ..spec import Table, experiments_of
+from ..spec import Choice, Table, experiments_of
 from . import bapna, deep_decoder, gpkd, msc, residual_scaling
 from .common import (  # noqa: F401
     BAPNA, CR, DD, EXPERIMENTS, FIGURES, GPKD, MSC, arch_key, arch_name, exp_params, paper_params,
@@ -40,6 +40,9 @@ from .gpkd import GPKD_PATIENCE  # noqa: F401
 # the papers in this order; a later paper's rows may point at an earlier paper's experiments
 TABLES: List[Table] = [*msc.tables(), *bapna.tables(), *deep_decoder.tables(), *gpkd.tables(),
                        *residual_scaling.tables()]
+#: each paper's procedure (our choices next to its text), by registry module: docs/reproduction.md's
+#: ``{{ procedure: NAME }}`` lines (deepnmt_fairseq/repro/templates/reproduction.md)
+PROCEDURES: Dict[str, Tuple[Choice, ...]] = {"gpkd": gpkd.PROCEDURE, "deep_decoder": deep_decoder.PROCEDURE}
 
 
 def check_registry() -> None:

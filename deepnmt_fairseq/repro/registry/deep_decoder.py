@@ -8,7 +8,7 @@ from typing import Dict, List, Tuple
 
 from ...models.architectures import cad_defaults
 from ...models.deep_transformer import MODEL_NAME
-from ..spec import EvalSpec, Figure, Point, Recipe, Row, Table, vaswani_lr
+from ..spec import Choice, EvalSpec, Figure, Point, Recipe, Row, Table, vaswani_lr
 from .common import CR, DD, VASWANI_NOTES, add_figure, arch_name, exp_params, paper_params, single
 
 # Rows whose params_m is the table's own number, not the architecture's paper count
@@ -384,6 +384,58 @@ def _figure1() -> Tuple[Table, Figure]:
                  "with CAD + CRT", tuple(rows),
                  note="The paper's Fig. 1 shows the plain model only; the CAD + CRT line is the issue's "
                       "'with and without the methods'. Training PPL is the last logged training perplexity."), figure
+
+
+#: the deep-decoder procedure: our choice next to the paper's text, where it is silent or open (docs/reproduction.md)
+PROCEDURE: Tuple[Choice, ...] = (
+    Choice("CRT weights",
+           'Sec. 3.4 defines J_DDR and J_ALD but prints no weights; Sec. 1 adds them "for joint model '
+           'optimization"',
+           "the unweighted sum, α_DDR = α_ALD = 1 (the criterion's defaults); our earlier α_ALD 0.5 is the "
+           "variant row `dd-wmt14-ende-base-15-15-cad-crt-ald0.5`"),
+    Choice("p_ALD, τ",
+           '"0 < p_ALD < 0.5"; Fig. 3: "τ = 0.05 is slightly lower than that with τ = 0.1"',
+           "p_ALD 0.3, τ 0.1"),
+    Choice("CAD drop depth / ratio",
+           'Fig. 2: peak "at the 21st layer" of 27; "with a greater drop depth, a smaller p_net ... will achieve '
+           'better results"',
+           "depth round(21/27 · L_dec), ratio 0.5 (`cad_defaults`)"),
+    Choice("CAD at p_net = 1.0",
+           '"with probability p_net^l, only self-attention is used ... During the inference stage, both '
+           'attentions are used"',
+           "layers 1..L_dr are built without cross-attention, so they have none at inference either: at p_net = 1"
+           " it would never be trained (our reading; `modules/cross_attention_drop.py`)"),
+    Choice("HIERTRANS (MSC Table 6)",
+           '"both a sentence-level and a document-level transformer encoders, as well as a standard transformer '
+           'decoder ... (each of them have L = 18, emb=512, ffn=1024, head=8)", no citation',
+           "`--arch hiertrans_cnndm_36l`: sentences end at `. ! ?` and EOS; the sentence-level encoder attends "
+           "within each sentence, positions counted per sentence; a sentence's vector is its end token's state "
+           "(as HIBERT, cited in Table 6); the document-level encoder runs over sentence vectors plus sentence "
+           "positions; the 6-layer decoder (TRANSFORMER's and MSC's) attends to token and sentence states "
+           "concatenated (our readings; `models/hiertrans.py`)"),
+    Choice("CAD above the drop depth",
+           '"we adopted a same fixed p_net for layers 1 ≤ l ≤ L_dr ..., while set p_net^l = 1.0 for layers l > '
+           'L_dr"; Sec. 4.3: too large a drop depth leaves "insufficient cross-attention"',
+           "p^l = 0 above L_dr (our reading, `--cad-reading consistent`, the default), the only one that agrees "
+           "with Sec. 4.3; the letter (p^l = 1.0 above L_dr, every cross-attention used at inference) is "
+           "`--cad-reading literal`, run by the `dd-fig2-literal` variant (no p_net = 1.0 line: under the letter "
+           "no cross-attention would ever be trained)"),
+    Choice("Fig. 1",
+           '"training perplexity ... and BLEU score ... with different decoder depths after 200K training steps"',
+           "6-layer pre-norm encoder, decoder depths 6..27 step 3, without and with CAD + CRT; training PPL = the"
+           " last logged one"),
+    Choice("Fig. 2 / 3 / 4 grids",
+           "only the peak (21), ratio 1.0 and τ 0.05 / 0.1 are named",
+           "depths 3..27 step 3 × ratios 0.25-1.0; p_ALD 0.1-0.4 at τ 0.1 and τ 0.05-0.5 at p_ALD 0.3; encoder / "
+           "decoder depths 1..24 with the other at 15"),
+    Choice("headline metric",
+           '"We used multi-bleu.perl and detokenized sacreBLEU" (no compound splitting mentioned)',
+           "`tok_bleu` (multi-bleu.perl on the tokenized output); compound-split BLEU and sacreBLEU beside it"),
+    Choice("marking",
+           "—",
+           "the deep-decoder tables print each run's CAD/CRT values with `*` on every value the paper does not "
+           "print and `†` on our readings of its words (loss weights 1, p_net 1)"),
+)
 
 
 def tables() -> List[Table]:

@@ -7,7 +7,8 @@ from dataclasses import replace
 from typing import List, Tuple
 
 from ...jobs.fairseq_argv import gp_flags
-from ..spec import EvalSpec, ExtractStage, Experiment, Figure, Point, Ref, Row, Run, SkdStage, Table, TrainStage
+from ..spec import (Choice, EvalSpec, ExtractStage, Experiment, Figure, Point, Ref, Row, Run, SkdStage, Table,
+                    TrainStage)
 from .common import (
     GPKD, WANG_2019A, WANG_2019A_DROPOUT, add, add_figure, exp_params, paper_params, single, wmt_ende_eval,
 )
@@ -448,6 +449,74 @@ def _figures() -> List[Table]:
             Row("after, stage 2 (skipping)", SSL, {"valid_ppl": 3.39}),
         ), note="Validation PPL per validation from train.log; the paper's numbers are Table 4's best PPLs."),
     ]
+
+
+#: the GPKD procedure: our choice next to the paper's text, where it is silent or open (docs/reproduction.md)
+PROCEDURE: Tuple[Choice, ...] = (
+    Choice("extraction group size",
+           '"the stacking layers are first divided into M groups and every adjacent h = N/M layers form a group";'
+           ' "One can compress a 48-layer teacher into a 6-layer network by setting h = 8, or progressively '
+           'achieve this goal with h = 2 for three times of compression"',
+           "a student is extracted with the h its teacher was GP-trained with; `deepnmt-extract-student` refuses "
+           "another h (the teacher's checkpoint records `gp_group_size` / `gp_decoder_group_size`) unless "
+           "`--allow-group-size-mismatch`, which is written into the student "
+           "(`extra_state.gpkd_student.group_size_override`)"),
+    Choice("Table 6 teachers",
+           'one "Skipping Sub-Layer + GP" 48-6 system; students 24-3, 24-1, 6-6, 6-3',
+           "silent on the GP h: a teacher per student's (encoder h, decoder h) where the h rule needs one, three "
+           "in all (3× the paper's teacher cost): (2, 2) for 24-3, (2, 6) for 24-1, (8, 2) for 6-3 and 6-6 (which"
+           " keeps the whole decoder, decoder h = 1); the (8, 2) one stands for the 30.59 row; the table names "
+           "each student's teacher"),
+    Choice("baselines",
+           'Table 1 lists Deep-RPR-24L/48L apart from the students; Table 3 "+Skipping Sub-Layer" (30.49) and '
+           'Table 6 "Skipping Sub-Layer + GP" (30.59) are different systems',
+           "plain Deep-RPR-24L/48L/Big-12L without GP are the baseline rows of Tables 1-5 and the start of the "
+           "skipping runs; GP teachers are rows of their own"),
+    Choice("+SKD students",
+           '"SKD uses the translation results of the teacher network as the gold"',
+           "silent on which teacher: the plain deep model of the rows above"),
+    Choice("progressive compression",
+           '"progressively ... with h = 2 for three times"',
+           "48L teacher GP-trained with h = 2; the 24- and 12-layer students are GP-trained with h = 2 on its SKD"
+           " data before each extraction; the 6-layer student trains without GP; Base schedule per stage"),
+    Choice("two-stage training, stage 1",
+           '"we train the model as usual but early stop it when the model converges on the validation set"',
+           "`--patience 3` (validations, one per epoch) on fairseq's validation loss, within 50K updates"),
+    Choice("stage 2",
+           '"apply our Skipping Sub-Layer method to the model and continue training until the model converges '
+           'again"; Table 3: 50K updates',
+           "starts from stage 1's averaged model (last 5 epoch checkpoints: the model the paper evaluates) with "
+           "stage 1's newest Adam state, learning-rate schedule and update count, `--patience 3`, to the same 50K"
+           " updates in all as Deep-RPR-48L (Table 3 gives both 50K; stage 1's early stop decides the split). A "
+           "matched control (`gpkd-wmt14-ende-48L-continued`) runs the same stage 2 without skipping, so a "
+           "finetune gain is the method's, not more training. fairseq's `--finetune-from-model` (and "
+           "`--reset-optimizer`) restart the update count at 0, so `inverse_sqrt` warms up again to the peak "
+           "rate; `--reset-lr-scheduler` alone keeps the count (the schedule is a function of it). We continue "
+           "(`--continue-once` on an average written with `--keep-training-state`); `scripts/gpkd_pipeline.py "
+           "--restart-schedule` gives the warm-up when asked"),
+    Choice("SKD data",
+           '"the teacher network translates the source inputs"',
+           "from the teacher's averaged model (registry and `scripts/gpkd_pipeline.py`), beam 4, length penalty "
+           "0.6"),
+    Choice("student training",
+           '"we begin optimizing the student network"',
+           "a new run from the extracted weights (`--finetune-from-model`: its own warm-up), Base/Big schedule"),
+    Choice("DESDAR greedy claim",
+           '"can achieve a 3.2× speedup with no performance sacrifice with the greedy search"',
+           "the same trained DESDAR 48-1 (SKD/GPKD) and Deep 48-6 decoded with beam 1 (`evaluate NAME --beam 1`);"
+           " the speedup is read as relative to Deep 48-6 with beam 4 (table `gpkd-desdar-greedy`)"),
+    Choice("Fig. 2, 4, 6",
+           "PPL / training loss over training",
+           "x = updates; Fig. 4 with the 48-layer teacher's students; Fig. 6's \"after\" curve = stage 1 then stage"
+           " 2. The paper has no figure over the skipping rate φ: φ = 0.4 throughout"),
+    Choice("Fig. 5",
+           '"BLEU scores and translation speed against decoder depth"',
+           "decoder depths 1, 2, 3, 6, 9, 12 on the 6-layer encoder; 1, 3, 6 (Table 2's systems) on the 48-layer "
+           "one"),
+    Choice("headline metric",
+           '"case-sensitive tokenized BLEU ... multi-bleu.perl", compound splitting for En-De',
+           "`tok_bleu_compound_split`; sacreBLEU beside it"),
+)
 
 
 def tables() -> List[Table]:
