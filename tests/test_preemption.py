@@ -265,4 +265,4 @@ def test_train_sh_runs_the_environments_python(tmp_path):
     env.update(VIRTUAL_ENV=str(venv), PATH=f"{venv}/bin:{env['PATH']}")
     res = subprocess.run(["bash", str(SCRIPTS / "train.sh"), "NAME", "--dry-run"], env=env, capture_output=True,
                          text=True, timeout=30)
-    assert res.stdout.startswith("env-python -m deepnmt_fairseq.repro train NAME --dry-run"), res.stdout + res.stderr
+    assert res.stdout.startswith("env-python -m deepnmt_cli.repro train NAME --dry-run"), res.stdout + res.stderr
