@@ -4,6 +4,7 @@
   deepnmt-repro show NAME                         # settings, notes, commands
   deepnmt-repro arch NAME | --list                # a named architecture: its settings, paper row, experiments
   deepnmt-repro train NAME [--dry-run] [--gpus N] ... [-- fairseq-train flags]
+  deepnmt-repro plan NAME [--gpu-memory 80G] [--gpus N] [--bf16|--fp32] [--checkpoint-activations]
   deepnmt-repro evaluate NAME [--dry-run] [--checkpoint-dir DIR] ... [-- fairseq-generate flags]
   deepnmt-repro table [--table KEY] [--checkpoint-root DIR] [--docs | --check-docs]
   deepnmt-repro plot KEY [--out DIR]              # the papers' figures from finished experiments
@@ -64,6 +65,17 @@ Each row shows the paper's numbers, ours from <checkpoint-root>/<experiment>/res
 Rows of systems from other papers that the plugin does not implement have no command and say why.
 """
 
+PLAN_HELP = """\
+Will it fit: memory and time of each training stage of an experiment at the paper's shape, before a
+GPU is booked.  Parameters, gradients and Adam/RAdam state are exact (the built model); activations
+are the bytes autograd saves, counted on the CPU at a few batch shapes and fitted (fit error
+printed); the backward transient and the time per update are estimates.  Units: GiB; a card's
+nominal "80 GB" is read as 80 GiB.  docs/training.md ("Will it fit") explains every number.
+
+  deepnmt-repro plan NAME [--gpu-memory 80G] [--gpus 8] [--bf16|--fp32] [--checkpoint-activations]
+                     [--gpu A100-80GB]
+"""
+
 PLOT_HELP = """\
 The papers' figures from finished experiments (each figure's experiments must have been
 evaluated): deepnmt-repro plot --list names them and the choices made where a paper is silent.
@@ -100,6 +112,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                                                "(SKD teacher, student extraction); 1 = checkpoint_last.pt")
     p.add_argument("--skd-args", default="", help="extra flags for deepnmt-skd (one string)")
     p.add_argument("--cpu", action="store_true", help="train on the CPU")
+    p.add_argument("--gpu-memory", help="memory per GPU (e.g. 80G, read as GiB): plan --max-tokens and "
+                                        "--update-freq with the memory planner (deepnmt-repro plan) and "
+                                        "refuse a plan that cannot fit")
+    p.add_argument("--checkpoint-activations", action="store_true",
+                   help="recompute each layer in the backward pass (fairseq --checkpoint-activations); "
+                        "planned with --gpu-memory")
     d = p.add_argument_group("distributed (one process per GPU, started by torchrun / srun / by hand)")
     d.add_argument("--launcher", choices=["local", "torchrun", "slurm"], default="local",
                    help="local: one process, fairseq spawns one worker per visible GPU; torchrun / slurm: this "
@@ -134,6 +152,19 @@ def build_parser() -> argparse.ArgumentParser:
     ar.add_argument("--list", action="store_true", help="every name, one a line")
     add_train_arguments(sub.add_parser("train", help="train an experiment (every stage, resumable)",
                                        description=TRAIN_HELP))
+    pn = sub.add_parser("plan", help="will it fit: memory, --max-tokens, --update-freq, time",
+                        description=PLAN_HELP)
+    pn.add_argument("name", help="experiment name (deepnmt-repro list)")
+    pn.add_argument("--gpu-memory", default="80G", help="memory per GPU, e.g. 24G, 40G, 80G (GiB; default 80G)")
+    pn.add_argument("--gpus", type=int, default=8, help="number of GPUs (default 8, the papers')")
+    pprec = pn.add_mutually_exclusive_group()
+    pprec.add_argument("--bf16", action="store_const", const="bf16", dest="precision", default="bf16",
+                       help="bf16 mixed precision (default)")
+    pprec.add_argument("--fp32", action="store_const", const="fp32", dest="precision", help="fp32")
+    pn.add_argument("--checkpoint-activations", action="store_true", help="plan with activation checkpointing")
+    pn.add_argument("--gpu", default=None, help="the GPU of the time estimate (default: A100-80GB; "
+                                                "A100-80GB, A100-40GB, H100-SXM, RTX-4090)")
+    pn.add_argument("--json", action="store_true", help="print the plan as JSON")
     ev = sub.add_parser("evaluate", help="average, decode, score -> results.json", description=EVAL_HELP)
     ev.add_argument("name", help="experiment name (deepnmt-repro list)")
     ev.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")

@@ -40,11 +40,16 @@ def cmd_train(a: argparse.Namespace) -> int:
 
     exp, opts = train_options(a, a.extra, registry)
     launch, paths = opts.launch, opts.paths
+    plans = memory_plan(a, exp, opts)
     steps = Planner(registry, exp, opts).plan()
     if a.dry_run:
         print(f"# {exp.name}: {exp.title}")
         print(f"# {launch.world_size} process(es) ({launch.source}); data root {paths.data_root}; "
               f"checkpoints {paths.exp_dir(exp, exp)}")
+        for p in plans:
+            print(f"# memory plan {p.stage}: {p.memory_gib:g} GiB per GPU, {p.precision}"
+                  f"{' + checkpointing' if p.checkpoint else ''}: largest --max-tokens {p.max_tokens} "
+                  f"(deepnmt-repro plan {exp.name})")
     elif launch.rank is None and not launch.cpu and launch.world_size > launch.gpus_found:
         raise ReproError(f"--gpus {launch.world_size} but this node has {launch.gpus_found} GPU(s): one process "
                          "trains on the local GPUs only; for several nodes use scripts/slurm/train.sbatch or "
@@ -52,6 +57,57 @@ def cmd_train(a: argparse.Namespace) -> int:
     elif launch.cpu and launch.gpus_found == 0 and not a.cpu:
         print("[repro] no GPU found: training on the CPU (--gpus N to plan for N GPUs)", file=sys.stderr)
     return run_steps(steps, launch, dry_run=a.dry_run)
+
+
+def memory_plan(a: argparse.Namespace, exp: Experiment, opts: RunOptions) -> list:
+    """``train --gpu-memory M``: plan each training stage (:mod:`.plan`) and write its largest
+    ``--max-tokens`` into the options (``--update-freq`` follows, the paper's batch kept); a stage
+    that cannot fit even its longest sentence is refused with the planner's message."""
+    ckpt = bool(getattr(a, "checkpoint_activations", False))
+    if ckpt:
+        opts.extra = ["--checkpoint-activations", *opts.extra]
+    if not getattr(a, "gpu_memory", None):
+        return []
+    from .plan import PlanError, parse_memory, plan_stage, refusal
+
+    if a.max_tokens:
+        raise ReproError("--max-tokens and --gpu-memory: give one (--gpu-memory plans --max-tokens)")
+    if opts.launch.cpu:
+        raise ReproError("--gpu-memory plans GPUs: give --gpus N (N >= 1)")
+    try:
+        memory = parse_memory(a.gpu_memory)
+        precision = "fp32" if opts.precision is None else "bf16"  # fp16 and bf16 keep the same bytes
+        plans = [plan_stage(exp, s, opts.launch.world_size, memory, precision, ckpt)
+                 for s in exp.train_stages if not opts.stages or s.name in opts.stages]
+    except PlanError as e:
+        raise ReproError(str(e)) from None
+    for p in plans:
+        if not p.fits:
+            raise ReproError(refusal(p))
+    opts.stage_max_tokens = {p.stage: p.max_tokens for p in plans}
+    return plans
+
+
+def cmd_plan(a: argparse.Namespace) -> int:
+    import json
+
+    from .plan import DEFAULT_GPU, GPUS, PlanError, describe, parse_memory, plan_experiment
+    from .registry import EXPERIMENTS as registry
+
+    exp = _get(registry, a.name)
+    gpu = a.gpu or DEFAULT_GPU
+    if gpu not in GPUS:
+        raise ReproError(f"--gpu {gpu}: unknown; known: {', '.join(GPUS)}")
+    try:
+        plans = plan_experiment(exp, a.gpus, parse_memory(a.gpu_memory), a.precision, a.checkpoint_activations)
+    except PlanError as e:
+        raise ReproError(str(e)) from None
+    if a.json:
+        print(json.dumps([dict(vars(p), seconds_per_update=p.seconds_per_update(gpu), fits=p.fits)
+                          for p in plans], indent=1))
+        return 0
+    print("\n".join(describe(p, gpu) for p in plans))
+    return 0
 
 
 def cmd_evaluate(a: argparse.Namespace) -> int:

@@ -114,6 +114,8 @@ class RunOptions:
     skd_args: List[str] = field(default_factory=list)
     stages: Optional[List[str]] = None
     placeholders: bool = False  # configs: env-var placeholders instead of absolute paths
+    # stage -> --max-tokens planned by the memory planner (train --gpu-memory, repro/plan.py)
+    stage_max_tokens: Dict[str, int] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------- steps
@@ -230,7 +232,7 @@ class Planner:
         data = self.resolve(stage.data) if stage.data else opts.paths.dataset_bin(exp, exp)
         save = self.stage_dir(exp, stage.name)
         r = stage.recipe
-        max_tokens = opts.max_tokens or r.max_tokens
+        max_tokens = opts.max_tokens or opts.stage_max_tokens.get(stage.name) or r.max_tokens
         uf, mt, eff = batch_plan(r.tokens_per_update, max_tokens, opts.launch.world_size)
         argv = fairseq_train(data, ["--task", "translation", "--source-lang", src, "--target-lang", tgt,
                                     "--arch", stage.arch, *stage.model_flags, "--criterion", stage.criterion,
