@@ -125,7 +125,8 @@ def _batch(model, b: int, s: int, t: int, seed: int = 0):
     src[:, -1] = 2
     tgt = torch.randint(4, vocab, (b, t + 1), generator=g)
     tgt[:, 0] = 2
-    return src, torch.full((b,), s), tgt[:, :-1].contiguous(), tgt[:, 1:].contiguous()
+    dev = next(model.parameters()).device
+    return src.to(dev), torch.full((b,), s).to(dev), tgt[:, :-1].contiguous().to(dev), tgt[:, 1:].contiguous().to(dev)
 
 
 def _layers(model) -> List[Tuple[str, torch.nn.Module]]:
@@ -134,6 +135,19 @@ def _layers(model) -> List[Tuple[str, torch.nn.Module]]:
         for i, layer in enumerate(getattr(getattr(model, part, None), "layers", None) or []):
             out.append((f"{part}.{i}", layer))
     return out
+
+
+def _held_storages(model) -> set:
+    """Storages the model holds between steps (parameters, buffers, tensors cached as module
+    attributes, e.g. a sinusoidal position table grown to the longest length seen so far): not
+    memory of the step, and counting them would make a count depend on the shapes counted before."""
+    held = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    held |= {b.untyped_storage().data_ptr() for b in model.buffers()}
+    for m in model.modules():
+        for v in vars(m).values():
+            if torch.is_tensor(v):
+                held.add(v.untyped_storage().data_ptr())
+    return held
 
 
 @dataclass
@@ -161,7 +175,7 @@ def count_step(model, b: int, s: int, t: int, label_smoothing: float = 0.1, flop
 
     model.train()
     src, lens, prev, target = _batch(model, b, s, t)
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    params = _held_storages(model)
     seen: Dict[int, int] = {}
     where: Dict[int, str] = {}
     stack: List[str] = []
@@ -227,8 +241,12 @@ def predict(coef: Sequence[float], b: float, s: float, t: float) -> float:
 
 
 def _lstsq(rows: List[List[float]], ys: List[float]) -> List[float]:
+    """Coefficients minimizing the squared *relative* errors (each shape weighs the same, small or
+    large)."""
     a = torch.tensor(rows, dtype=torch.float64)
     y = torch.tensor(ys, dtype=torch.float64)
+    w = 1.0 / y.abs().clamp(min=1.0)
+    a, y = a * w.unsqueeze(1), y * w
     scale = a.abs().amax(dim=0).clamp(min=1.0)  # columns of very different sizes (1 vs B*S^2)
     coef = torch.linalg.lstsq(a / scale, y.unsqueeze(1), driver="gelsd").solution.squeeze(1) / scale
     return [float(c) for c in coef]
@@ -240,6 +258,10 @@ def fit(model, shapes: Sequence[Tuple[int, int, int]] = FIT_SHAPES,
     the prediction of saved bytes at ``held_out`` (shapes not in the fit)."""
     flops = not any(type(m).__name__ == "CheckpointWrapper" or hasattr(m, "precheckpoint_forward")
                     for m in model.modules())
+    # warm-up at the longest lengths: tables a model caches and grows (sinusoidal positions) are made
+    # here, and are then held (not counted) in every counted step whatever the order of the shapes
+    every = [*shapes, *held_out]
+    count_step(model, 1, max(s for _, s, _ in every), max(t for _, _, t in every), flops=False)
     counts = [count_step(model, *sh, flops=flops) for sh in shapes]
     rows = [features(*c.shape) for c in counts]
     f = Fit(_lstsq(rows, [c.saved for c in counts]),

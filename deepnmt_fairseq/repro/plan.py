@@ -109,22 +109,43 @@ def _load_cache() -> dict:
         return {}
 
 
+#: a fit whose held-out error at the small shapes is above this is redone with shapes at the stage's
+#: own lengths added (HIERTRANS: its sentence-level structure is not exactly linear in the shape)
+ANCHOR_ABOVE = 0.005
+
+
+def anchor_shapes(lengths: Tuple[int, int]) -> Tuple[Tuple[int, int, int], ...]:
+    ls, lt = lengths
+    return ((1, ls, lt), (1, ls // 2, lt // 2), (1, ls // 4, lt))
+
+
+def mid_shape(lengths: Tuple[int, int]) -> Tuple[int, int, int]:
+    return (1, 3 * lengths[0] // 4, 3 * lengths[1] // 4)
+
+
 def stage_costs(stage: TrainStage, precision: str, checkpoint: bool, cache: Optional[dict] = None,
-                refresh: bool = False) -> dict:
+                refresh: bool = False, exp_lengths: Tuple[int, int] = (250, 250)) -> dict:
     """Parameter count and activation/FLOP fits of a stage (from ``cache``, by default
-    benchmarks/results/plan-fits.json, else counted now on the CPU: seconds to minutes)."""
+    benchmarks/results/plan-fits.json, else counted now on the CPU: seconds to minutes).
+    ``exp_lengths``: the planning lengths, where a fit that is not exact at small shapes is anchored."""
     cache = _load_cache() if cache is None else cache
     key = stage_key(stage, precision, checkpoint)
     if key in cache and not refresh:
         return cache[key]
+    import sys
+
     from ..analysis import training_cost as tc
 
+    print(f"[plan] counting {stage.arch} ({precision}{', checkpointing' if checkpoint else ''}) on the CPU: not in "
+          f"{FITS_FILE.name}; seconds to minutes", file=sys.stderr, flush=True)
     model = tc.build_stage_model(stage.arch, stage.model_flags, checkpoint_activations=checkpoint)
     model = model.to(tc.DTYPES[precision])
-    entry = {"params": tc.parameter_count(model), "vocab": len(model.decoder.dictionary),
-             "fit": tc.fit(model).as_dict()}
+    f = tc.fit(model)
+    if f.held_out_error > ANCHOR_ABOVE:  # not exactly linear at small shapes: anchor at the real lengths
+        f = tc.fit(model, (*tc.FIT_SHAPES, *anchor_shapes(exp_lengths)), (*tc.HELD_OUT_SHAPES, mid_shape(exp_lengths)))
+    entry = {"params": tc.parameter_count(model), "vocab": len(model.decoder.dictionary), "fit": f.as_dict()}
     if checkpoint:  # the layer recomputed in backward: the largest layer of the plain model
-        plain = stage_costs(stage, precision, False, cache, refresh)
+        plain = stage_costs(stage, precision, False, cache, refresh, exp_lengths)
         entry["fit"]["layer_max"] = plain["fit"]["layer_max"]
         entry["fit"]["flops"] = plain["fit"]["flops"]
     cache[key] = entry
@@ -185,9 +206,9 @@ def plan_stage(exp: Experiment, stage: TrainStage, gpus: int = 8, memory_gib: fl
 
     if gpus < 1:
         raise PlanError(f"--gpus {gpus}: the planner plans for at least one GPU")
-    costs = stage_costs(stage, precision, checkpoint, cache)
-    f = costs["fit"]
     ls, lt = planning_lengths(exp)
+    costs = stage_costs(stage, precision, checkpoint, cache, exp_lengths=(ls, lt))
+    f = costs["fit"]
     longest = max(ls, lt)
     # activations of a batch of B = tokens / longest sentences at the planning lengths, per token
     per_sentence = predict(f["saved"], 1, ls, lt) - predict(f["saved"], 0, ls, lt)
@@ -237,33 +258,49 @@ def predicted_peak(p: Plan, tokens: int) -> float:
 
 
 def compare_with_cuda(stage_or_exp, sentences: int, src_len: int, tgt_len: int, measured_bytes: float,
-                      precision: str = "bf16", checkpoint: bool = False, vocab: Optional[int] = None) -> dict:
+                      precision: str = "fp32", checkpoint: bool = False, vocab: Optional[int] = None,
+                      gradients_in_peak: bool = True, device: str = "cpu") -> dict:
     """The planner's prediction for one measured CUDA training step, for benchmarks/gpu_check.py.
 
     ``stage_or_exp``: a registry :class:`Experiment` (its last training stage), a :class:`TrainStage`,
-    or ``(arch, model_flags)``; the step: ``sentences`` x (``src_len``, ``tgt_len``) tokens;
+    or ``(arch, model_flags)`` as gpu_check builds its models; ``vocab``: the dictionary size the
+    measured model was built with (default: the paper's); the step: ``sentences`` x (``src_len``,
+    ``tgt_len``) tokens in the model's dtype ``precision`` (gpu_check's models are fp32);
     ``measured_bytes``: CUDA's ``max_memory_allocated`` during the step minus ``memory_allocated``
-    before it (the model state already allocated).  Returns the predicted saved bytes (measured on
-    the CPU by the fit), the estimated backward transient, their sum, and the relative error of the
-    prediction against the measurement (the planner's error on that GPU)."""
+    before it (benchmarks/speed.py's ``activation_memory``: weights and Adam state already held,
+    gradients set to None before the step, so they are part of the peak: ``gradients_in_peak``).
+
+    Returns the predicted bytes: saved for backward (the CPU count's fit, evaluated at the shape),
+    the estimated backward transient (two fp32 tokens x vocabulary buffers; with checkpointing, the
+    largest layer), the parameter gradients, their sum, and ``relative_error`` = predicted / measured
+    - 1: the planner's error on that GPU.  ``device``: where the counts run (``"cuda"`` on the GPU
+    machine: the saved-tensor count is the same on any device, and faster there).  Not modelled: the optimizer step's own temporaries
+    (torch's foreach Adam), which can set the peak of a small batch."""
     from ..analysis import training_cost as tc
 
     if isinstance(stage_or_exp, Experiment):
         stage_or_exp = stage_or_exp.train_stages[-1]
     arch, flags = ((stage_or_exp.arch, stage_or_exp.model_flags) if isinstance(stage_or_exp, TrainStage)
                    else stage_or_exp)
-    model = tc.build_stage_model(arch, flags, vocab=vocab, checkpoint_activations=checkpoint)
-    model = model.to(tc.DTYPES[precision])
+    dtype = tc.DTYPES[precision]
+    model = tc.build_stage_model(arch, flags, vocab=vocab, checkpoint_activations=checkpoint).to(device, dtype)
     f = tc.fit(model, held_out=())
     saved = tc.predict(f.saved, sentences, src_len, tgt_len)
     transient = sentences * tgt_len * len(model.decoder.dictionary) * 8
     if checkpoint:
-        plain = tc.fit(tc.build_stage_model(arch, flags, vocab=vocab).to(tc.DTYPES[precision]), held_out=())
+        plain = tc.fit(tc.build_stage_model(arch, flags, vocab=vocab).to(device, dtype), held_out=())
         transient += tc.predict(plain.layer_max, sentences, src_len, tgt_len)
-    predicted = saved + transient
+    grads = tc.parameter_count(model) * torch_itemsize(dtype) if gradients_in_peak else 0
+    predicted = saved + transient + grads
     return {"predicted_saved_bytes": saved, "predicted_transient_bytes": transient,
-            "predicted_bytes": predicted, "measured_bytes": float(measured_bytes),
+            "predicted_gradient_bytes": grads, "predicted_bytes": predicted, "measured_bytes": float(measured_bytes),
             "relative_error": predicted / measured_bytes - 1 if measured_bytes else math.nan}
+
+
+def torch_itemsize(dtype) -> int:
+    import torch
+
+    return torch.empty((), dtype=dtype).element_size()
 
 
 # ------------------------------------------------------------------ printing
@@ -315,16 +352,18 @@ def table_markdown(cache: Optional[dict] = None) -> str:
     return "\n".join(out)
 
 
-def build_cache(names=HEADLINE, precisions=("bf16",), path: Path = FITS_FILE, log=print) -> dict:
+def build_cache(names=HEADLINE, precisions=("bf16",), path: Path = FITS_FILE, log=print, redo=()) -> dict:
     """Count the fits of ``names`` (every training stage) and write them to ``path``."""
     from .registry import EXPERIMENTS
 
     cache = _load_cache() if path == FITS_FILE else {}
+    for k in [k for k in cache if any(json.loads(k)[0] == a for a in redo)]:
+        del cache[k]
     for name in names:
         for stage in EXPERIMENTS[name].train_stages:
             for prec in precisions:
                 for ck in (False, True):
-                    e = stage_costs(stage, prec, ck, cache)
+                    e = stage_costs(stage, prec, ck, cache, exp_lengths=planning_lengths(EXPERIMENTS[name]))
                     log(f"{name}/{stage.name} {prec} ckpt={ck}: held-out error {e['fit']['held_out_error']:.4%}")
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_text(json.dumps(cache, indent=1, sort_keys=True) + "\n")
