@@ -138,14 +138,15 @@ def _repro(capsys, *argv):
 
 
 def test_dry_run_writes_the_planned_batch(capsys, tmp_path):
-    exp, stage = _stage("msc-iwslt14-ende-72L-l2")
-    p = planner.plan_stage(exp, stage, 4, 24, "bf16", False)
-    rc, out = _repro(capsys, "train", exp.name, "--dry-run", "--gpus", "4", "--gpu-memory", "24G", "--bf16",
+    exp, stage = _stage("deepnet-wmt-ende-100L-100L")
+    p = planner.plan_stage(exp, stage, 8, 24, "bf16", False)
+    rc, out = _repro(capsys, "train", exp.name, "--dry-run", "--gpus", "8", "--gpu-memory", "24G", "--bf16",
                      "--data-root", str(tmp_path), "--checkpoint-root", str(tmp_path))
     assert rc == 0, out.err
     from deepnmt_fairseq.repro.spec import batch_plan
 
-    uf, mt, _ = batch_plan(p.tokens_per_update, p.max_tokens, 4)
+    uf, mt, _ = batch_plan(p.tokens_per_update, p.max_tokens, 8)
+    assert uf != batch_plan(p.tokens_per_update, stage.recipe.max_tokens, 8)[0]  # the plan changed the batch
     cmd = [ln for ln in out.out.splitlines() if "fairseq-train" in ln or "--max-tokens" in ln][-1]
     assert re.search(rf"--max-tokens {mt}\b", cmd) and re.search(rf"--update-freq {uf}\b", cmd), cmd
 
@@ -154,7 +155,16 @@ def test_dry_run_refuses_a_plan_that_cannot_fit(capsys, tmp_path):
     rc, out = _repro(capsys, "train", "deepnet-wmt-ende-100L-100L", "--dry-run", "--gpus", "8", "--gpu-memory", "8G",
                      "--bf16", "--data-root", str(tmp_path), "--checkpoint-root", str(tmp_path))
     assert rc != 0
-    assert "--gpu-memory 8G" in out.err and "does not fit" in out.err and "--checkpoint-activations" in out.err
+    assert "--gpu-memory 8G" in out.err and "does not fit" in out.err and "cannot help" in out.err
+    # the model state fits 3 GiB, one batch of the longest sentences does not: checkpointing is the way out
+    rc, out = _repro(capsys, "train", "msc-iwslt14-ende-72L-l2", "--dry-run", "--gpus", "8", "--gpu-memory", "3G",
+                     "--bf16", "--data-root", str(tmp_path), "--checkpoint-root", str(tmp_path))
+    assert rc != 0 and "--gpu-memory 3G" in out.err and "add --checkpoint-activations" in out.err
+    rc, out = _repro(capsys, "train", "msc-iwslt14-ende-72L-l2", "--dry-run", "--gpus", "8", "--gpu-memory", "3G",
+                     "--bf16", "--checkpoint-activations", "--data-root", str(tmp_path), "--checkpoint-root",
+                     str(tmp_path))
+    assert rc == 0, out.err
+    assert "--checkpoint-activations" in out.out
 
 
 def test_plan_command_prints_units_and_estimate(capsys):

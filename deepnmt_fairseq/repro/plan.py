@@ -242,7 +242,10 @@ def plan_experiment(exp: Experiment, gpus: int = 8, memory_gib: float = 80.0, pr
 def refusal(p: Plan) -> str:
     """The message of a plan that cannot fit even one longest sentence."""
     need = p.state_total + p.activation_bytes(max(p.lengths))
-    hint = "" if p.checkpoint else " or add --checkpoint-activations"
+    if p.state_total >= p.usable_bytes:
+        hint = " (the model state alone exceeds it: activation checkpointing cannot help)"
+    else:
+        hint = "" if p.checkpoint else " or add --checkpoint-activations"
     return (f"--gpu-memory {p.memory_gib:g}G: {p.experiment}/{p.stage} does not fit in {p.precision} even at "
             f"--max-tokens {max(p.lengths)} (its longest sentence pair, {p.lengths[0]}/{p.lengths[1]} tokens): "
             f"parameters, gradients and {p.optimizer} state take {p.state_total / GIB:.2f} GiB and one such batch "
