@@ -121,6 +121,10 @@ def test_max_tokens_is_the_largest_that_fits():
     a, b = (planner.plan_stage(exp, stage, 8, 40, "bf16", ck) for ck in (False, True))
     assert b.max_tokens > a.max_tokens
     assert planner.plan_stage(exp, stage, 8, 80, "bf16").max_tokens > a.max_tokens
+    # FLOPs from the count: checkpointing adds one forward (4/3); the time halves on twice the GPUs
+    assert b.flops_per_token == pytest.approx(4 / 3 * a.flops_per_token) and a.flops_per_token > 0
+    two = planner.plan_stage(exp, stage, 16, 40, "bf16", False)
+    assert two.seconds_per_update() == pytest.approx(a.seconds_per_update() / 2)
 
 
 def test_parse_memory():

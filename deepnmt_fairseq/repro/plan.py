@@ -171,6 +171,7 @@ class Plan:
     fit_error: float
     held_out_error: float
     flops_per_token: float  # training step (forward + backward [+ recompute]) per target token
+    flops_per_batch_token: float  # the same per --max-tokens token (a sentence pair counts its longer side)
     tokens_per_update: int
     max_tokens: int  # largest that fits (0: not even the longest sentence)
     update_freq: int
@@ -196,7 +197,7 @@ class Plan:
         GPU's published dense peak for the precision."""
         _mem, bf16, fp32, _src = GPUS[gpu]
         peak = (bf16 if self.precision == "bf16" else fp32) * 1e12
-        return self.tokens_per_update * self.flops_per_token / (self.gpus * peak * utilization)
+        return self.tokens_per_update * self.flops_per_batch_token / (self.gpus * peak * utilization)
 
 
 def plan_stage(exp: Experiment, stage: TrainStage, gpus: int = 8, memory_gib: float = 80.0,
@@ -217,12 +218,11 @@ def plan_stage(exp: Experiment, stage: TrainStage, gpus: int = 8, memory_gib: fl
         per_sentence += predict(f["layer_max"], 1, ls, lt) - predict(f["layer_max"], 0, ls, lt)
     per_sentence += lt * costs["vocab"] * 8  # estimate: two fp32 tokens x vocabulary gradient buffers
     per_token = per_sentence / longest
-    fwd = (predict(f["flops"], 1, ls, lt) - predict(f["flops"], 0, ls, lt)) / lt
-    flops_per_token = fwd * (4 if checkpoint else 3)
+    step = (predict(f["flops"], 1, ls, lt) - predict(f["flops"], 0, ls, lt)) * (4 if checkpoint else 3)
     state = state_bytes(costs["params"], precision, stage.recipe.optimizer)
     p = Plan(exp.name, stage.name, precision, checkpoint, gpus, memory_gib, costs["params"], costs["vocab"],
              stage.recipe.optimizer, state, (ls, lt), per_token, const, f["fit_error"], f["held_out_error"],
-             flops_per_token, stage.recipe.tokens_per_update, 0, 0, False)
+             step / lt, step / longest, stage.recipe.tokens_per_update, 0, 0, False)
     room = p.usable_bytes - p.state_total - const
     p.max_tokens = max(0, int(room // per_token) // 64 * 64) if room > 0 else 0
     if p.max_tokens and p.max_tokens < longest:
