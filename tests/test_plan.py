@@ -197,3 +197,20 @@ def test_docs_table_is_generated_from_the_planner():
     assert start in text and end in text
     body = text.split(start, 1)[1].split(end, 1)[0].strip()
     assert body == planner.table_markdown(), "docs/training.md's plan table drifted: python -m deepnmt_fairseq.repro.plan --docs"
+
+
+def test_stochastic_depth_planned_with_every_layer_kept():
+    """LayerDrop and cross-attention drop (CAD) rows are counted with every layer computed: the count
+    does not depend on the random draw, and equals the same model without the stochastic options."""
+    base = ["--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+            "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+            "--encoder-layers", "4", "--decoder-layers", "4", "--share-all-embeddings"]
+    stochastic = tc.build_stage_model("deepnmt_transformer", base + ["--encoder-layerdrop", "0.5", "--decoder-layerdrop",
+                                                                     "0.5", "--cad-drop-depth", "4",
+                                                                     "--cad-drop-ratio", "0.9"], vocab=200)
+    plain = tc.build_stage_model("deepnmt_transformer", base, vocab=200)
+    counts = set()
+    for seed in range(4):
+        torch.manual_seed(seed)
+        counts.add(tc.count_step(stochastic, 2, 7, 9, flops=False).saved)
+    assert counts == {tc.count_step(plain, 2, 7, 9, flops=False).saved}
