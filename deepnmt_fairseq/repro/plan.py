@@ -276,9 +276,11 @@ def compare_with_cuda(stage_or_exp, sentences: int, src_len: int, tgt_len: int, 
     Returns the predicted bytes: saved for backward (the CPU count's fit, evaluated at the shape),
     the estimated backward transient (two fp32 tokens x vocabulary buffers; with checkpointing, the
     largest layer), the parameter gradients, their sum, and ``relative_error`` = predicted / measured
-    - 1: the planner's error on that GPU.  ``device``: where the counts run (``"cuda"`` on the GPU
-    machine: the saved-tensor count is the same on any device, and faster there).  Not modelled: the optimizer step's own temporaries
-    (torch's foreach Adam), which can set the peak of a small batch."""
+    - 1: the planner's error on that GPU.  ``device``: where the counts run; the planner's own fits
+    are CPU counts, so the default ``"cpu"`` measures the planner as it plans (``"cuda"`` is faster
+    and follows the GPU's own choice of attention kernel: the difference of the two is the CPU/GPU
+    part of the error).  Not modelled: the optimizer step's own temporaries (torch's foreach Adam),
+    which can set the peak of a small batch."""
     from ..analysis import training_cost as tc
 
     if isinstance(stage_or_exp, Experiment):
