@@ -446,6 +446,62 @@ def diag_runs(p: Preset) -> List[Run]:
     return runs
 
 
+# ------------------------------------------------------ the converged runs again (issue 77, part 3)
+def old_recipe(p: Preset) -> Tuple[float, int, str]:
+    """What every converged post-norm run of the study used: the preset's post-norm point on Adam."""
+    return (p.postnorm_lr if p.postnorm_lr is not None else p.lr,
+            p.postnorm_warmup if p.postnorm_warmup is not None else p.warmup, "adam")
+
+
+def chosen_recipe(p: Preset, results: Dict[str, dict], fam: str) -> Optional[Tuple[float, int, str]]:
+    """A post-norm family's recipe by the sweep's rule: (peak lr, warm-up, optimizer); None before the
+    family's grid is complete.  The 12- and 6-layer runs use the 24-layer choice (no grid is run at
+    those depths: the issue's "unless a 12-layer grid is run too")."""
+    point = sweep_choice(p, results, fam)
+    return None if point is None else (point[0], point[1], SWEEP_OPTIMIZER.get(fam, "adam"))
+
+
+def retuned_name(fam: str, depth: int) -> str:
+    return f"retuned-{fam}-{depth}"  # the system; its runs are <system>-s<seed>
+
+
+def retuned_runs(p: Preset, seeds: Sequence[int], results: Optional[Dict[str, dict]] = None) -> List[Run]:
+    """The converged comparison again where the recipe changed: each post-norm family whose sweep
+    choice differs from :func:`old_recipe` (Admin always: it now trains on RAdam) at every depth of the
+    preset (Admin at the deepest too, which the first converged comparison left out), the converged
+    rule and seeds, at the chosen recipe.  The old ``conv-<fam>-<n>`` records stay (the report marks
+    them superseded once the new system has every seed)."""
+    if not (p.converged_cap and p.sweep_updates):
+        return []
+    runs: List[Run] = []
+    for fam in SWEEP_FAMILIES:
+        rec = chosen_recipe(p, results or {}, fam)
+        if rec is None or rec == old_recipe(p):
+            continue
+        lr, warmup, opt = rec
+        for n in p.depths:
+            runs += seeded(retuned_name(fam, n), converged_seeds(seeds),
+                           model=model_flags(p, n, p.decoder_layers, *FAMILIES[fam]), updates=p.converged_cap,
+                           early_stop=True, patience=p.converged_patience, curve_every=p.curve_every, lr=lr,
+                           warmup=warmup, optimizer=opt)
+    return runs
+
+
+def superseded(p: Preset, results: Dict[str, dict]) -> Dict[str, str]:
+    """{old converged system: the reason} for every ``conv-<fam>-<n>`` whose retuned system has
+    finished every seed."""
+    out = {}
+    for r in retuned_runs(p, [1], results):
+        fam_n = r.system[len("retuned-"):]
+        done = [x for x in results.values() if x.get("system") == r.system and not x.get("diverged")]
+        if len(done) >= CONVERGED_SEEDS and f"conv-{fam_n}" not in out:
+            lr, w = r.lr, r.warmup
+            out[f"conv-{fam_n}"] = (f"superseded by {r.system}: trained at the post-norm default "
+                                    f"{old_recipe(p)[0]:g} / {old_recipe(p)[1]} (chosen on test), the sweep "
+                                    f"chose {lr:g} / {w} on {r.optimizer} (issue 77)")
+    return out
+
+
 def valid_interval(p: Preset) -> int:
     """Updates between two validations of an early-stopped run: fairseq-train validates at every
     checkpoint save (``save_every``), every ``--validate-interval-updates`` (``valid_every``) and at
@@ -476,6 +532,8 @@ def run_updates(p: Preset, name: str) -> int:
         return p.sweep_updates
     if name.startswith("diag-"):
         return p.diag_updates
+    if name.startswith("retuned-"):
+        return p.converged_cap
     if name.startswith("bigbatch-"):  # in micro-batches: each update is bigbatch_freq of them
         return p.diag_updates * p.bigbatch_freq
     if name.startswith(("gpkd-teacher-", "ssl-stage1-")):
@@ -614,7 +672,8 @@ def planned(p: Preset, seeds: Sequence[int], dd_depth: Optional[int] = None,
     dec = dd_depth or p.dd_depths[-1]
     names = [r.name for r in depth_runs(p, seeds) + dd_search_runs(p, seeds[0]) + dd_compare_runs(p, dec, seeds)
              + teacher_runs(p, seeds) + baseline(p, seeds) + [ssl_stage1(p)] + converged_runs(p, seeds, results)
-             + sweep_runs(p) + prenorm_check_runs(p, results) + diag_runs(p)]
+             + sweep_runs(p) + prenorm_check_runs(p, results) + diag_runs(p)
+             + retuned_runs(p, seeds, results)]
     shape = model_flags(p, p.depths[0], p.decoder_layers)
     names += [r.name for r in matched_baseline(p, seeds)]
     names += [r.name for sys_ in (f"gpkd-student-{p.depths[0]}", f"skd-only-{p.depths[0]}", f"skd-only-{p.depths[0]}-matched",

@@ -13,7 +13,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from fidelity_plan import (CONVERGED_SEEDS, DD_KINDS, FAMILIES, POST_NORM_FAMILIES, RECORDS, REPO, REPORTS, by_system,
                            converged_families, dd_choice, dd_depth, headline_pairs, partials, run_order, run_updates,
                            postnorm_point, prenorm_check_runs, stat, sweep_choice, sweep_depth, sweep_table,
-                           valid_interval, diag_runs, sweep_name, BIGBATCH)
+                           valid_interval, diag_runs, sweep_name, BIGBATCH, chosen_recipe, old_recipe,
+                           retuned_name, superseded, SWEEP_FAMILIES)
 from fidelity_stats import ALPHA, BOOTSTRAP_SAMPLES, SEED_SAMPLES, decode_stats, paired_bootstrap, seed_bootstrap
 
 FINDINGS = Path(__file__).with_name("fidelity_findings.md")
@@ -507,6 +508,25 @@ def sweep_section(p, results: Dict[str, dict]) -> List[str]:
         v = None if res is None else (math.inf if res.get("diverged") else res.get("valid_nll"))
         out.append(f"| {r.system.rsplit('-', 1)[0].split('-', 3)[3]}-{mid} | {r.lr:g} / {r.warmup} | "
                    + ("…" if v is None else "diverged" if not math.isfinite(v) else f"{v:.3f}") + " |")
+    old = old_recipe(p)
+    out += ["", "The converged runs again (issue 77, part 3): each family whose chosen recipe differs from the one "
+            f"its converged runs used ({old[0]:g} / {old[1]} on Adam) is retrained at every depth "
+            f"({', '.join(map(str, p.depths))}; 6 and 12 layers at the 24-layer choice, no grid is run there) by the "
+            "converged rule with 3 seeds, as `retuned-<family>-<depth>`; the old records stay, marked superseded "
+            "once the new system has every seed.", "", "| family | recipe | converged runs |", "|---|---|---|"]
+    gone = superseded(p, results)
+    for fam in SWEEP_FAMILIES:
+        rec = chosen_recipe(p, results, fam)
+        if rec is None:
+            what, runs = "not chosen yet", "wait for the sweep"
+        elif rec == old:
+            what, runs = f"{rec[0]:g} / {rec[1]} on {rec[2]}", "unchanged: the old converged runs stand"
+        else:
+            what = f"{rec[0]:g} / {rec[1]} on {rec[2]}"
+            runs = "; ".join(f"{retuned_name(fam, n)}: " + ("done, supersedes conv-" + f"{fam}-{n}"
+                                                             if f"conv-{fam}-{n}" in gone else "planned")
+                             for n in p.depths)
+        out.append(f"| {fam} | {what} | {runs} |")
     return out + [""]
 
 

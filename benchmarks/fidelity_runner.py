@@ -28,7 +28,7 @@ from deepnmt_fairseq.jobs.stage import make_log
 from fidelity_launcher import Deadline, Launcher
 from fidelity_plan import (REPO, REPRODUCED, Preset, Run, close_systems, choose_dd_depth, converged_runs,
                            dd_compare_runs, dd_search_runs, finished, matched_updates, headline_pairs, independent_runs, model_flags, partial_path, record_path,
-                           prenorm_check_runs, seeded, ssl_stage1, teacher_run)
+                           prenorm_check_runs, retuned_runs, seeded, ssl_stage1, teacher_run)
 
 # --user-dir of every command: the installed package (the one lookup, deepnmt_fairseq/jobs/fairseq_argv.py)
 USER_DIR = user_dir()
@@ -650,6 +650,8 @@ def dependent_runs(study: Study, p: Preset, only: Sequence[str], seeds: Sequence
         runs += ssl_stage2_runs(study, p, seeds)
     if "postnorm-sweep" in only:  # the pre-norm check at the post-norm column's chosen point (issue 77, part 2)
         runs += [r for r in prenorm_check_runs(p, finished(study.work, study.records)) if study.result(r.name) is None]
+    if "converged" in only:  # the post-norm column's converged runs at the sweep's recipes (issue 77, part 3)
+        runs += [r for r in retuned_runs(p, seeds, finished(study.work, study.records)) if study.result(r.name) is None]
     if "converged" in only:  # the deepest depth's transparent variant: the better one at the middle depth
         runs += [r for r in converged_runs(p, seeds, finished(study.work, study.records))
                  if study.result(r.name) is None]

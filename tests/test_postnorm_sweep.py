@@ -227,3 +227,36 @@ def test_a_tiny_diagnostic_run_records_the_change_norms_of_every_layer(tmp_path,
     assert math.isfinite(rec["valid_nll"]) and "bleu" not in rec
     row = next(line for line in report.read_text().splitlines() if line.startswith(f"| {rec['system']} |"))
     assert f"{rec['valid_nll']:.3f}" in row and "…" not in row
+
+
+def test_converged_runs_are_redone_at_the_chosen_recipe_where_it_changed_and_supersede_the_old():
+    """Issue 77 part 3: once a family's grid is complete, a family whose choice differs from the old
+    post-norm recipe (2e-3 / 600 on Adam; Admin always, on RAdam now) is retrained at every depth by the
+    converged rule with 3 seeds at its choice; an unchanged family keeps its runs; the old system is
+    superseded once the new one has every seed."""
+    grid = list(CPU.sweep_grid)
+    old = (CPU.postnorm_lr, CPU.postnorm_warmup)
+    assert plan.old_recipe(CPU) == (*old, "adam") and old in grid
+    vals = {(fam, pt): 5.0 for fam in plan.SWEEP_FAMILIES for pt in grid}
+    vals[("postnorm", old)] = 3.0  # post-norm keeps the old point
+    vals[("admin", old)] = 3.0  # the old point, but on RAdam: a new recipe
+    new = (1e-3, 1000)
+    vals[("deepnorm", new)] = 3.0
+    del vals[("transparent-post", grid[0])]  # its grid is not complete
+    res = _records(vals)
+    runs = plan.retuned_runs(CPU, [1, 2], res)
+    systems = sorted({r.system for r in runs})
+    assert systems == sorted(plan.retuned_name(f, n) for f in ("deepnorm", "admin") for n in CPU.depths)
+    for r in runs:
+        assert r.early_stop and r.updates == CPU.converged_cap and r.seed in (1, 2, 3)
+        if "admin" in r.system:
+            assert (r.lr, r.warmup, r.optimizer) == (*old, "radam")
+        else:
+            assert (r.lr, r.warmup, r.optimizer) == (*new, "adam")
+    assert {r.name for r in runs} <= set(plan.planned(CPU, [1, 2], results=res))
+    assert plan.superseded(CPU, res) == {}
+    for s in (1, 2, 3):
+        res[f"retuned-deepnorm-24-s{s}"] = {"name": f"retuned-deepnorm-24-s{s}", "system": "retuned-deepnorm-24",
+                                            "seed": s, "valid_nll": 4.0, "diverged": False}
+    gone = plan.superseded(CPU, res)
+    assert list(gone) == ["conv-deepnorm-24"] and "0.001 / 1000" in gone["conv-deepnorm-24"]
