@@ -200,7 +200,8 @@ async def _load(url: str, lines: List[str], clients: int, duration: float, warmu
 
         async def metrics_at(t, key):
             await asyncio.sleep(max(0.0, t - time.perf_counter()))
-            r = await http.get("/metrics")
+            async with httpx.AsyncClient(base_url=url, timeout=60) as own:  # not queued behind the clients
+                r = await own.get("/metrics")
             marks[key] = (time.perf_counter(), metric(r.text, "deepnmt_target_tokens_total"))
 
         await asyncio.gather(*(client(k) for k in range(clients)), metrics_at(t_measure, "start"),
@@ -273,6 +274,7 @@ def main(argv=None) -> int:
                    "--beam", str(a.beam), "--max-len", str(a.max_len), "--batch-size", str(a.batch_size),
                    *a.server_arg]
     proc = start_server(a.model, port, server_args)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stopped: the finally below stops the server too
     levels = []
     soak = None
     try:

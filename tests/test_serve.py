@@ -418,7 +418,8 @@ def test_page_in_headless_chromium(model_dir, deployed):
                 assert page.inner_text("#model") == "tiny-random-test-model"
                 page.fill("#source", sentence)
                 page.click("#translate")
-                page.wait_for_function("document.getElementById('status').textContent.endsWith('ms')", timeout=20000)
+                # polled from here: the page's CSP allows no evaluated script (wait_for_function)
+                wait_for(lambda: page.inner_text("#status").endswith(" ms"), 20)
                 assert page.inner_text("#result") == list(deployed.translate_lines([sentence]))[0]
                 assert outside == []
                 if os.environ.get("DEEPNMT_SCREENSHOT"):
