@@ -18,7 +18,7 @@ from C concurrent clients, against ``deepnmt-translate``'s batched throughput on
    batched translation of the same line (CTranslate2 on CPU can differ with the batch's padding);
 4. optionally a soak (``--soak-minutes``) at ``--soak-concurrency`` clients: errors and the server's
    resident memory after warm-up and at the end;
-5. ``benchmarks/results/serve-load/NAME.json`` and ``.md``, with the machine's load average before and
+5. ``NAME.json`` and ``NAME.md`` in ``--out`` (default: the results folder ``serve-load``), with the machine's load average before and
    after each level (a shared machine makes every number smaller: say so).
 
 ``--random-model DIR`` writes an untrained model in the export's directory format (random weights,
@@ -121,12 +121,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model: str, port: int, args: Sequence[str] = (), env=None) -> subprocess.Popen:
+def start_server(model: str, port: int, args: Sequence[str] = (), env=None, log=None) -> subprocess.Popen:
+    """``deepnmt-serve`` as a subprocess; its stderr to the open file ``log`` (a pipe if None: read it
+    only after the process ended, or the pipe fills)."""
     cmd = [sys.executable, "-m", "deepnmt_deploy.serve", "--model", model, "--port", str(port),
            "--log-level", "warning", *args]
     e = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
     e["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), e.get("PYTHONPATH")]))
-    return subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(cmd, env=e, stdout=subprocess.DEVNULL if log else subprocess.PIPE,
+                            stderr=log or subprocess.PIPE, text=True)
 
 
 def wait_ready(url: str, proc: Optional[subprocess.Popen] = None, timeout: float = 120.0, headers=None):
@@ -135,7 +138,8 @@ def wait_ready(url: str, proc: Optional[subprocess.Popen] = None, timeout: float
     t0 = time.time()
     while time.time() - t0 < timeout:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"the server exited ({proc.returncode}): {proc.stderr.read()[-3000:]}")
+            raise RuntimeError(f"the server exited ({proc.returncode}): "
+                               f"{proc.stderr.read()[-3000:] if proc.stderr else 'see its log'}")
         try:
             if httpx.get(url + "/health", timeout=2, headers=headers).status_code == 200:
                 return
@@ -273,7 +277,10 @@ def main(argv=None) -> int:
     server_args = ["--intra-threads", str(a.intra_threads), "--inter-threads", str(a.inter_threads),
                    "--beam", str(a.beam), "--max-len", str(a.max_len), "--batch-size", str(a.batch_size),
                    *a.server_arg]
-    proc = start_server(a.model, port, server_args)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    server_log = open(out / f"{a.name}.server.log", "w")
+    proc = start_server(a.model, port, server_args, log=server_log)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stopped: the finally below stops the server too
     levels = []
     soak = None
@@ -305,6 +312,7 @@ def main(argv=None) -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
             rc = "killed"
+        server_log.close()
     record = {"name": a.name, "command": " ".join([Path(sys.executable).name, *sys.argv]), "note": a.note,
               "model": a.model, "input": a.input, "sentences": len(lines), "cpus": os.cpu_count(),
               "machine": platform.processor() or platform.machine(), "loadavg_start": [round(x, 2) for x in load0],
@@ -312,9 +320,8 @@ def main(argv=None) -> int:
               "server_args": server_args, "server_exit": rc,
               "reference": {"batch_size": a.batch_size, "target_tokens_per_s": round(ref_tps, 1),
                             "seconds": round(ref_s, 2)},
-              "levels": levels, "soak": soak}
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+              "levels": levels, "soak": soak,
+              "server_log_tail": (out / f"{a.name}.server.log").read_text()[-2000:]}
     (out / f"{a.name}.json").write_text(json.dumps(record, indent=1) + "\n")
     rows = ["| clients | tok/s | x batched | p50 ms | p95 ms | p99 ms | answered | 503 | errors | differ from batched | load avg (1 min) before / after |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
