@@ -568,3 +568,19 @@ def test_sigterm_under_load_answers_every_accepted_request(model_dir, tmp_path):
     assert m, err[-3000:]
     assert int(m.group(1)) == int(m.group(2)) == counts["ok"], (m.group(0), counts)
     assert counts["after_term"] > 0, counts  # requests in the batch's wait when the signal came were answered
+
+
+def test_server_imports_neither_torch_nor_fairseq(model_dir, tmp_path):
+    """deepnmt-serve runs with torch, fairseq and deepnmt_fairseq unimportable (the serving wheel's
+    environment has none of them: test_deploy.py installs it and starts the server there)."""
+    blocked = tmp_path / "blocked"
+    for name in ("torch", "fairseq", "deepnmt_fairseq"):
+        (blocked / name).mkdir(parents=True)
+        (blocked / name / "__init__.py").write_text(f"raise ImportError('{name} is blocked in this test')\n")
+    code = ("import sys; from deepnmt_deploy import serve; from deepnmt_deploy.serve import App, ServeConfig; "
+            "app = App(ServeConfig(model_dir=sys.argv[1])); m = serve._load_model(app.cfg); "
+            "assert m.max_source_tokens == 23; "
+            "assert not {'torch', 'fairseq', 'deepnmt_fairseq'} & set(sys.modules), sorted(sys.modules)")
+    res = subprocess.run([sys.executable, "-c", code, model_dir], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(blocked), str(REPO)])))
+    assert res.returncode == 0, res.stderr[-3000:]
