@@ -163,7 +163,18 @@ def rss_kb(pid: int) -> int:
 
 
 # ---------------------------------------------------------------- load
-async def _load(url: str, lines: List[str], clients: int, duration: float, warmup: float) -> dict:
+SERVER_COUNTERS = ("deepnmt_target_tokens_total", "deepnmt_batches_total", "deepnmt_batch_sentences_sum",
+                   "deepnmt_batch_sentences_count", "deepnmt_model_seconds_total")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _load(url: str, lines: List[str], clients: int, duration: float, warmup: float,
+                server_pid: Optional[int] = None) -> dict:
     import httpx
 
     lat: List[float] = []
@@ -206,11 +217,14 @@ async def _load(url: str, lines: List[str], clients: int, duration: float, warmu
             await asyncio.sleep(max(0.0, t - time.perf_counter()))
             async with httpx.AsyncClient(base_url=url, timeout=60) as own:  # not queued behind the clients
                 r = await own.get("/metrics")
-            marks[key] = (time.perf_counter(), metric(r.text, "deepnmt_target_tokens_total"))
+            marks[key] = (time.perf_counter(), {k: metric(r.text, k) for k in SERVER_COUNTERS},
+                          cpu_seconds(server_pid) if server_pid else 0.0, time.process_time())
 
         await asyncio.gather(*(client(k) for k in range(clients)), metrics_at(t_measure, "start"),
                              metrics_at(t_end, "end"))
-    (t0, tok0), (t1, tok1) = marks["start"], marks["end"]
+    (t0, m0, s0, c0), (t1, m1, s1, c1) = marks["start"], marks["end"]
+    d = {k: m1[k] - m0[k] for k in SERVER_COUNTERS}
+    tok0, tok1 = 0.0, d["deepnmt_target_tokens_total"]
     lat.sort()
 
     def pct(p):
@@ -220,6 +234,10 @@ async def _load(url: str, lines: List[str], clients: int, duration: float, warmu
             "errors": errors, "target_tokens_per_s": round((tok1 - tok0) / (t1 - t0), 1),
             "requests_per_s": round(len(lat) / duration, 1), "latency_ms": {"p50": pct(50), "p95": pct(95),
                                                                             "p99": pct(99), "max": pct(100)},
+            "server": {"model_calls": d["deepnmt_batches_total"],
+                       "mean_batch_sentences": round(d["deepnmt_batch_sentences_sum"] / max(d["deepnmt_batch_sentences_count"], 1), 2),
+                       "model_busy_share": round(d["deepnmt_model_seconds_total"] / (t1 - t0), 3),
+                       "server_cpu_s": round(s1 - s0, 2), "load_generator_cpu_s": round(c1 - c0, 2)},
             "answers": answers}
 
 
@@ -230,10 +248,10 @@ def reference(model_dir: str, lines: List[str], batch_size: int, intra: int, int
     m = DeployedModel(model_dir, intra_threads=intra, inter_threads=inter)
     list(m.translate_lines(lines[:64], batch_size=batch_size, **search))  # warm-up
     m.target_tokens = 0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     out = list(m.translate_lines(lines, batch_size=batch_size, **search))
-    dt = time.perf_counter() - t0
-    return out, m.target_tokens / dt, dt
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return out, m.target_tokens / dt, dt, cpu / m.target_tokens * 1000
 
 
 def main(argv=None) -> int:
@@ -270,7 +288,7 @@ def main(argv=None) -> int:
     lines = [line.rstrip("\n") for line in Path(a.input).read_text(encoding="utf-8").splitlines() if line.strip()]
     search = dict(beam=a.beam, max_len=a.max_len)
     load0 = os.getloadavg()
-    ref_out, ref_tps, ref_s = reference(a.model, lines, a.batch_size, a.intra_threads, a.inter_threads, search)
+    ref_out, ref_tps, ref_s, ref_cpu_ms = reference(a.model, lines, a.batch_size, a.intra_threads, a.inter_threads, search)
     print(f"reference deepnmt-translate --batch-size {a.batch_size}: {ref_tps:.0f} tok/s ({ref_s:.1f} s)", flush=True)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -288,9 +306,13 @@ def main(argv=None) -> int:
         wait_ready(url, proc)
         for c in a.concurrency:
             before = os.getloadavg()
-            r = asyncio.run(_load(url, lines, c, a.duration, a.warmup))
+            r = asyncio.run(_load(url, lines, c, a.duration, a.warmup, proc.pid))
             answers = r.pop("answers")
             differ = sum(1 for i, t in answers.items() if t != ref_out[i])
+            srv = r["server"]
+            tokens = r["target_tokens_per_s"] * r["seconds"]
+            srv["server_cpu_ms_per_token"] = round(srv["server_cpu_s"] / max(tokens, 1) * 1000, 3)
+            srv["load_generator_cpu_ms_per_token"] = round(srv["load_generator_cpu_s"] / max(tokens, 1) * 1000, 3)
             r.update(loadavg_before=[round(x, 2) for x in before], loadavg_after=[round(x, 2) for x in os.getloadavg()],
                      ratio_to_batched=round(r["target_tokens_per_s"] / ref_tps, 3),
                      distinct_lines=len(answers), differing_from_batched=differ)
@@ -319,22 +341,26 @@ def main(argv=None) -> int:
               "search": search, "threads": {"intra": a.intra_threads, "inter": a.inter_threads},
               "server_args": server_args, "server_exit": rc,
               "reference": {"batch_size": a.batch_size, "target_tokens_per_s": round(ref_tps, 1),
-                            "seconds": round(ref_s, 2)},
+                            "seconds": round(ref_s, 2), "cpu_ms_per_token": round(ref_cpu_ms, 3)},
               "levels": levels, "soak": soak,
               "server_log_tail": (out / f"{a.name}.server.log").read_text()[-2000:]}
     (out / f"{a.name}.json").write_text(json.dumps(record, indent=1) + "\n")
-    rows = ["| clients | tok/s | x batched | p50 ms | p95 ms | p99 ms | answered | 503 | errors | differ from batched | load avg (1 min) before / after |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| clients | tok/s | x batched | p50 ms | p95 ms | p99 ms | answered | 503 | errors | differ from batched | "
+            "mean batch (sentences) | model busy | CPU ms/token server / load generator | load avg (1 min) before / after |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in levels:
         lm = r["latency_ms"]
         rows.append(f"| {r['clients']} | {r['target_tokens_per_s']:.0f} | {r['ratio_to_batched']:.2f} | {lm['p50']} | "
                     f"{lm['p95']} | {lm['p99']} | {r['answered']} | {r['refused_503']} | {sum(r['errors'].values())} | "
-                    f"{r['differing_from_batched']} of {r['distinct_lines']} lines | "
+                    f"{r['differing_from_batched']} of {r['distinct_lines']} lines | {r['server']['mean_batch_sentences']} | "
+                    f"{r['server']['model_busy_share']:.0%} | {r['server']['server_cpu_ms_per_token']} / "
+                    f"{r['server']['load_generator_cpu_ms_per_token']} | "
                     f"{r['loadavg_before'][0]} / {r['loadavg_after'][0]} |")
     md = [f"# deepnmt-serve load: {a.name}", "", f"Command: `{record['command']}`", "",
           f"Note: {a.note or '(none)'}; {os.cpu_count()} CPUs; load average at start {record['loadavg_start']}.", "",
           f"Reference: deepnmt-translate's search in-process, batch {a.batch_size}, intra {a.intra_threads} x inter "
-          f"{a.inter_threads} threads: **{ref_tps:.0f}** target tokens/s on {len(lines)} sentences.", "", *rows, ""]
+          f"{a.inter_threads} threads: **{ref_tps:.0f}** target tokens/s on {len(lines)} sentences "
+          f"({ref_cpu_ms:.3f} CPU ms per token).", "", *rows, ""]
     if soak:
         md += [f"Soak: {a.soak_minutes} min at {a.soak_concurrency} clients: errors {soak['errors']}, RSS "
                f"{soak['rss_kb_after_warmup']} -> {soak['rss_kb_end']} kB ({soak['rss_growth'] * 100:+.1f}%).", ""]

@@ -111,6 +111,8 @@ class Metrics:
                                          buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), registry=r)
         self.batch_requests = Histogram("deepnmt_batch_requests", "Requests per model call",
                                         buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=r)
+        self.model_seconds = Counter("deepnmt_model_seconds", "Wall time spent in model calls (translation + decoding)",
+                                     registry=r)
         self.queue_depth = Gauge("deepnmt_queue_depth", "Sentences waiting for a batch", registry=r)
         self.source_tokens = Counter("deepnmt_source_tokens", "Source subword tokens translated", registry=r)
         self.target_tokens = Counter("deepnmt_target_tokens",
@@ -215,15 +217,18 @@ class Batcher:
         self.metrics.batches.inc()
         self.metrics.batch_sentences.observe(len(sources))
         self.metrics.batch_requests.observe(len(batch))
+        t0 = time.perf_counter()
         try:
             outputs, target_tokens = await asyncio.get_running_loop().run_in_executor(
                 self.executor, self.translate, sources, batch[0].beam)
         except Exception as e:  # noqa: BLE001 - answered as 500 to the batch's requests only
+            self.metrics.model_seconds.inc(time.perf_counter() - t0)
             logger.exception("model call failed")
             for job in batch:
                 if not job.future.done():
                     job.future.set_exception(e)
             return
+        self.metrics.model_seconds.inc(time.perf_counter() - t0)
         self.metrics.source_tokens.inc(tokens)
         self.metrics.target_tokens.inc(target_tokens)
         k = 0
