@@ -73,6 +73,8 @@ class ServeConfig:
     compute_type: str = "default"
     intra_threads: int = 1
     inter_threads: int = 1
+    #: the export's vocabulary shortlist: None = as deepnmt-translate (used when the export has one)
+    use_vmap: Optional[bool] = None
 
 
 class ApiError(Exception):
@@ -507,7 +509,8 @@ class App:
 def _load_model(cfg: ServeConfig):
     from .translate import DeployedModel
 
-    return DeployedModel(cfg.model_dir, cfg.device, cfg.compute_type, cfg.intra_threads, cfg.inter_threads)
+    return DeployedModel(cfg.model_dir, cfg.device, cfg.compute_type, cfg.intra_threads, cfg.inter_threads,
+                         use_vmap=cfg.use_vmap)
 
 
 def make_server(app: App, host: str = "127.0.0.1", port: int = 8080, log_level: str = "info"):
@@ -572,6 +575,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--intra-threads", type=int, default=d.intra_threads, help="threads per batch")
     g.add_argument("--inter-threads", type=int, default=d.inter_threads,
                    help="model calls run in parallel (and CTranslate2 batches in parallel)")
+    g.add_argument("--no-vmap", action="store_true",
+                   help="the whole target vocabulary even where the export has a vocabulary shortlist (as "
+                        "deepnmt-translate --no-vmap; the shortlist is used by default when present)")
     p.add_argument("--log-level", default="info")
     return p
 
@@ -583,7 +589,8 @@ def config_from_args(a) -> ServeConfig:
                        max_wait_ms=a.max_wait_ms, max_queue=a.max_queue, request_timeout=a.request_timeout,
                        max_body_bytes=a.max_body_bytes, max_sentences=a.max_sentences, api_key=key,
                        cors_origins=a.cors_origin, device=a.device, compute_type=a.compute_type,
-                       intra_threads=a.intra_threads, inter_threads=a.inter_threads)
+                       intra_threads=a.intra_threads, inter_threads=a.inter_threads,
+                       use_vmap=False if a.no_vmap else None)
 
 
 def main(argv=None) -> int:

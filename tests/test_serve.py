@@ -350,6 +350,8 @@ def test_flags_defaults_and_environment(model_dir, monkeypatch):
     p = serve.build_parser()
     a = p.parse_args(["--model", model_dir])
     assert a.host == "127.0.0.1" and a.port == 8080 and a.cors_origin == []
+    assert serve.config_from_args(a).use_vmap is None  # as deepnmt-translate: the export's shortlist if any
+    assert serve.config_from_args(p.parse_args(["--model", model_dir, "--no-vmap"])).use_vmap is False
     monkeypatch.delenv(serve.API_KEY_ENV, raising=False)
     assert serve.config_from_args(a).api_key is None
     monkeypatch.setenv(serve.API_KEY_ENV, "from-env")
