@@ -634,7 +634,9 @@ def test_translate_runs_without_torch_or_fairseq(checkpoints, tmp_path):
 
 
 # ---------------------------------------------------------------- the serving distribution
-SERVING_DEPENDENCIES = {"ctranslate2", "sacremoses", "subword-nmt", "sentencepiece"}
+TOKENIZERS = {"sacremoses", "subword-nmt", "sentencepiece"}
+# CTranslate2 and deepnmt-serve's framework, server and metrics: the training distribution's [deploy] extra
+SERVING_DEPENDENCIES = {"ctranslate2", "starlette", "uvicorn", "prometheus-client", *TOKENIZERS}
 TRAINING_STACK = {"torch", "fairseq", "ve-fairseq", "fairseq-fixed", "deepnmt-fairseq", "hydra-core", "omegaconf"}
 
 
@@ -648,11 +650,12 @@ def _venv_env():
 @needs_ct2
 @pytest.mark.slow
 def test_serving_distribution_installs_and_translates_without_torch(checkpoints, tmp_path):
-    """deploy-dist/ builds the wheel deepnmt-deploy, whose dependencies are CTranslate2 and the
-    tokenizers only (CTranslate2 pinned as the training distribution's [deploy] extra pins it);
-    installed into a fresh virtual environment (no torch, no fairseq; its dependencies rebuilt
-    from this environment's files, so no network), its deepnmt-translate translates an exported
-    model as this process does."""
+    """deploy-dist/ builds the wheel deepnmt-deploy, whose dependencies are CTranslate2, the
+    server's (Starlette, uvicorn, prometheus-client) and the tokenizers only (the first ones as the
+    training distribution's [deploy] extra lists them); installed into a fresh virtual environment
+    (no torch, no fairseq; its dependencies rebuilt from this environment's files, so no network),
+    its deepnmt-translate translates an exported model as this process does, and its deepnmt-serve
+    serves it (health, one request, SIGTERM -> exit 0)."""
     import shutil
     import subprocess
     import sys
@@ -685,11 +688,12 @@ def test_serving_distribution_installs_and_translates_without_torch(checkpoints,
         entry_points = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
     assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"deepnmt_deploy"}
     assert "deepnmt-translate = deepnmt_deploy.translate:main" in entry_points
+    assert "deepnmt-serve = deepnmt_deploy.serve:main" in entry_points
     requires = [line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Requires-Dist:")]
     assert {canonicalize_name(Requirement(r).name) for r in requires} == SERVING_DEPENDENCIES, requires
     training = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     pins = {str(Requirement(r)) for r in training["optional-dependencies"]["deploy"]}
-    assert {str(Requirement(r)) for r in requires if Requirement(r).name == "ctranslate2"} == pins
+    assert {str(Requirement(r)) for r in requires if canonicalize_name(Requirement(r).name) not in TOKENIZERS} == pins
 
     # a fresh environment: the wheel and what its metadata asks for, nothing from here
     deps = wheels_of_installed(requires, wheels)
@@ -718,6 +722,25 @@ def test_serving_distribution_installs_and_translates_without_torch(checkpoints,
     assert res.returncode == 0, res.stderr[-3000:]
     got = (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()
     assert got == list(DeployedModel(out).translate_lines(lines, beam=2)) and got[0] and not got[1]
+
+    # deepnmt-serve from the fresh environment
+    import signal
+
+    import httpx
+    from serve_load import free_port, wait_ready
+
+    port = free_port()
+    server = subprocess.Popen([str(env_dir / "bin" / "deepnmt-serve"), "--model", out, "--port", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_venv_env(), cwd=tmp_path)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", server, timeout=60)
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/translate", json={"text": lines, "beam": 2}, timeout=60)
+        assert r.status_code == 200 and r.json()["translations"] == got
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(30) == 0, server.stderr.read()[-3000:]
+    finally:
+        if server.poll() is None:
+            server.kill()
 
 
 # ---------------------------------------------------------------- the vocabulary shortlist (issue 78)
