@@ -607,19 +607,16 @@ NEW_RUNS_ONLY = ("converged_cap", "converged_patience", "curve_every", "sweep_up
 
 def stamp_settings(d: Path, p: Preset, flag: str) -> None:
     """Refuse a directory of runs made with other settings (finished runs are reused by name), then
-    stamp it with these.  A setting added after the directory was made counts as its default, except
-    the settings of runs added with it (:data:`NEW_RUNS_ONLY`): a directory without them has none of
-    those runs."""
-    d.mkdir(parents=True, exist_ok=True)
-    stamp, settings = d / "preset.json", json.loads(json.dumps(dataclasses.asdict(p)))
-    defaults = {f.name: f.default for f in dataclasses.fields(Preset) if f.default is not dataclasses.MISSING}
-    old = json.loads(stamp.read_text()) if stamp.exists() else settings
-    old = {**{k: settings[k] for k in NEW_RUNS_ONLY if k not in old}, **old}
-    diff = {k: (old.get(k, defaults.get(k)), v) for k, v in settings.items() if old.get(k, defaults.get(k)) != v}
-    if diff:
-        raise SystemExit(f"{d} holds runs made with other settings {diff}: finished runs are reused by name, "
-                         f"so use another {flag}")
-    stamp.write_text(json.dumps(settings, indent=1) + "\n")
+    stamp it with these: the job runner's guard (``deepnmt_fairseq.jobs.runner.settings_guard``) on
+    ``preset.json``.  A setting added after the directory was made counts as its default, except the
+    settings of runs added with it (:data:`NEW_RUNS_ONLY`): a directory without them has none of those
+    runs, so they count as the current value."""
+    from deepnmt_fairseq.jobs.runner import settings_guard
+
+    settings = dataclasses.asdict(p)
+    absent = {f.name: f.default for f in dataclasses.fields(Preset) if f.default is not dataclasses.MISSING}
+    absent.update({k: settings[k] for k in NEW_RUNS_ONLY})
+    settings_guard(d, settings, name="preset.json", flag=flag, error=SystemExit, missing_as_default=absent)
 
 
 def record_path(records: Optional[Path], name: str) -> Optional[Path]:

@@ -283,7 +283,7 @@ def test_a_work_dir_of_other_settings_is_refused(tmp_path, monkeypatch):
 
     (tmp_path / "preset.json").write_text(json.dumps(dataclasses.asdict(
         dataclasses.replace(plan.PRESETS["tiny"], lr=0.5)), default=list))
-    with pytest.raises(SystemExit, match="other settings.*'lr': \\(0.5, 0.001\\)"):
+    with pytest.raises(SystemExit, match='other settings.*"lr": \\{"then": 0.5, "now": 0.001\\}.*--work-dir'):
         fidelity.main(["--preset", "tiny", "--work-dir", str(tmp_path), "--report-only"])
 
 
@@ -446,7 +446,7 @@ def test_a_work_dir_from_before_a_new_setting_is_reused(tmp_path):
         fidelity.main(["--preset", "cpu", "--work-dir", str(tmp_path), "--report-only"])
     old["lr"] = 0.5  # a changed setting is still refused
     (tmp_path / "preset.json").write_text(json.dumps(old, default=list))
-    with pytest.raises(SystemExit, match="'lr': \\(0.5, 0.003\\)"):
+    with pytest.raises(SystemExit, match='"lr": \\{"then": 0.5, "now": 0.003\\}'):
         fidelity.main(["--preset", "cpu", "--work-dir", str(tmp_path), "--report-only"])
 
 

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Type
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Type, Union
 
 from .stage import JobError, Stage, make_log, quote
 
@@ -47,17 +47,22 @@ class RunError(JobError):
 
 
 def settings_guard(work: Path, settings: Dict, name: str = "settings.json", flag: str = "--work-dir",
-                   error: Type[Exception] = RunError, missing_as_default: bool = False) -> None:
+                   error: Type[Exception] = RunError,
+                   missing_as_default: Union[bool, Mapping[str, object]] = False) -> None:
     """Tie ``work`` to ``settings``: the first run writes them, a run with other settings is refused
     (the outputs in ``work`` were made with the old ones).  ``missing_as_default``: a setting absent
-    from the stamp (added to the tool later) compares as ``None`` and the stamp is rewritten."""
+    from the stamp (added to the tool later) compares as ``None`` (``True``) or as the mapping's value
+    for it (a mapping: e.g. the dataclass defaults, or the current value of a setting that only new
+    runs use), and the stamp is rewritten."""
     work.mkdir(parents=True, exist_ok=True)
     stamp = work / name
     settings = json.loads(json.dumps(settings))  # the JSON view (tuples as lists, paths as strings)
     if stamp.exists():
         old = json.loads(stamp.read_text())
+        absent = json.loads(json.dumps(dict(missing_as_default))) if isinstance(missing_as_default, Mapping) else {}
         keys = settings if missing_as_default else sorted(set(old) | set(settings))
-        diff = {k: {"then": old.get(k), "now": settings.get(k)} for k in keys if old.get(k) != settings.get(k)}
+        diff = {k: {"then": old.get(k, absent.get(k)), "now": settings.get(k)} for k in keys
+                if old.get(k, absent.get(k)) != settings.get(k)}
         if diff:
             raise error(f"{work} holds a run with other settings ({stamp}): {json.dumps(diff)}; "
                         f"use another {flag}, or the same settings to resume")
