@@ -25,7 +25,7 @@ SPECIALS = ("<unk>", "<s>", "</s>")  # always candidates in CTranslate2's Vocabu
 #: defaults of deepnmt-export-ct2's --vmap-per-token / --vmap-frequent / --vmap-max-pairs (a 12.5K-token
 #: vocabulary: a 25-token sentence allows at most 25 x 50 + 300 ~ 1,550 candidates, an eighth of the
 #: output layer); chosen by that arithmetic, not yet by the speed protocol (issue 78)
-PER_TOKEN, FREQUENT, MAX_PAIRS = 50, 300, 500_000
+PER_TOKEN, FREQUENT, MAX_PAIRS = 50, 300, 200_000
 
 
 @dataclass

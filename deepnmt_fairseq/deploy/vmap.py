@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Dict, Iterable, List, Sequence, Tuple
+from typing import Iterable, List, Sequence, Tuple
 
 import numpy as np
 
@@ -32,23 +32,29 @@ logger = logging.getLogger("deepnmt_fairseq.deploy")
 from deepnmt_deploy.vmap import FREQUENT, MAX_PAIRS, PER_TOKEN
 
 
-def cooccurrence(pairs: Iterable[Tuple[Sequence[int], Sequence[int]]], n_src: int, n_tgt: int):
-    """``(c(s,t) as {code: count}, c(s), c(t), pairs read)`` over token *types* of each pair, with
-    ``code = s * n_tgt + t`` (numpy, in blocks of pairs)."""
+def _merge(codes: np.ndarray, counts: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Sum the counts of equal codes (sorted unique codes, their totals)."""
+    uniq, inverse = np.unique(codes, return_inverse=True)
+    return uniq, np.bincount(inverse, weights=counts, minlength=uniq.size).astype(np.int64)
+
+
+def cooccurrence(pairs: Iterable[Tuple[Sequence[int], Sequence[int]]], n_src: int, n_tgt: int,
+                 block_size: int = 20_000_000):
+    """``(codes, c(s,t), c(s), c(t), pairs read)`` over the token *types* of each pair: ``codes`` the
+    sorted ``s * n_tgt + t`` that occur, ``c(s,t)`` their pair counts (vectorized, in blocks)."""
     src_df, tgt_df = np.zeros(n_src, dtype=np.int64), np.zeros(n_tgt, dtype=np.int64)
-    counts: Dict[int, int] = {}
+    codes, counts = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     block: List[np.ndarray] = []
-    n = 0
+    size = n = 0
 
     def flush():
-        if not block:
-            return
-        codes, k = np.unique(np.concatenate(block), return_counts=True)
-        for c, v in zip(codes.tolist(), k.tolist()):
-            counts[c] = counts.get(c, 0) + v
-        block.clear()
+        nonlocal codes, counts
+        if block:
+            new = np.concatenate(block)
+            codes, counts = _merge(np.concatenate([codes, new]),
+                                   np.concatenate([counts, np.ones(new.size, dtype=np.int64)]))
+            block.clear()
 
-    size = 0
     for src, tgt in pairs:
         s = np.unique(np.asarray(src, dtype=np.int64))
         t = np.unique(np.asarray(tgt, dtype=np.int64))
@@ -57,11 +63,11 @@ def cooccurrence(pairs: Iterable[Tuple[Sequence[int], Sequence[int]]], n_src: in
         block.append((s[:, None] * n_tgt + t[None, :]).reshape(-1))
         size += s.size * t.size
         n += 1
-        if size > 5_000_000:
+        if size > block_size:
             flush()
             size = 0
     flush()
-    return counts, src_df, tgt_df, n
+    return codes, counts, src_df, tgt_df, n
 
 
 def shortlist(pairs, src_words: Sequence[str], tgt_words: Sequence[str], skip_src: Sequence[int] = (),
@@ -71,27 +77,29 @@ def shortlist(pairs, src_words: Sequence[str], tgt_words: Sequence[str], skip_sr
     if per_token < 1 or frequent < 0:
         raise ValueError(f"--vmap-per-token must be >= 1 and --vmap-frequent >= 0 (got {per_token}, {frequent})")
     n_src, n_tgt = len(src_words), len(tgt_words)
-    counts, src_df, tgt_df, n = cooccurrence(pairs, n_src, n_tgt)
+    codes, counts, src_df, tgt_df, n = cooccurrence(pairs, n_src, n_tgt)
     if n == 0:
         raise ValueError("the training data holds no sentence pair: no vocabulary map can be built")
     tgt_df = tgt_df.copy()
     tgt_df[list(skip_tgt)] = 0  # specials and padding are never listed (CTranslate2 adds its own)
     order = np.argsort(-tgt_df, kind="stable")
     always = [tgt_words[t] for t in order[:frequent] if tgt_df[t] > 0]
-    by_src: Dict[int, List[Tuple[float, int]]] = {}
-    skip_t = set(skip_tgt)
-    for code, c in counts.items():
-        s, t = divmod(code, n_tgt)
-        if t in skip_t:
-            continue
-        by_src.setdefault(s, []).append((2.0 * c / (src_df[s] + tgt_df[t]), t))
+    s, t = np.divmod(codes, n_tgt)
+    keep = ~np.isin(t, list(skip_tgt)) & ~np.isin(s, list(skip_src))
+    s, t, c = s[keep], t[keep], counts[keep]
+    dice = 2.0 * c / (src_df[s] + tgt_df[t])
+    by = np.lexsort((t, -dice, s))  # per source token: the highest Dice first, ties in vocabulary order
+    s, t = s[by], t[by]
+    first = np.r_[0, np.flatnonzero(np.diff(s)) + 1]  # where each source token's run starts
+    rank = np.arange(s.size) - np.repeat(first, np.diff(np.r_[first, s.size]))
+    s, t = s[rank < per_token], t[rank < per_token]
     lines = ["\t" + " ".join(always)]
-    skip_s = set(skip_src)
-    for s in sorted(by_src):
-        if s in skip_s:
-            continue
-        best = sorted(by_src[s], key=lambda x: (-x[0], x[1]))[:per_token]  # ties: the vocabulary's order
-        lines.append(f"{src_words[s]}\t" + " ".join(tgt_words[t] for _, t in best))
+    bounds = np.r_[np.flatnonzero(np.diff(s)) + 1, s.size]
+    lo = 0
+    for hi in bounds.tolist():
+        if hi > lo:
+            lines.append(f"{src_words[s[lo]]}\t" + " ".join(tgt_words[x] for x in t[lo:hi].tolist()))
+        lo = hi
     logger.info("vocabulary map: %d source tokens x at most %d candidates, %d always allowed, from %d pairs",
                 len(lines) - 1, per_token, len(always), n)
     return lines
