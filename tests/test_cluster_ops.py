@@ -120,3 +120,74 @@ def test_a_step_that_finished_before_the_limit_is_not_requeued(tmp_path):
     env, calls = _slurm(tmp_path, "trap 'echo step-got-USR1 >> " + str(tmp_path / "calls") + "; exit 0' USR1\n" + LOOP)
     rc, out, log = _sbatch(env, calls, signal.SIGUSR1)
     assert rc == 0 and "step-got-USR1" in log and "requeue" not in log.replace("step-", ""), out
+
+
+# ---------------------------------------------------------------------------- the USR1 save
+def test_sigusr1_saves_at_the_next_update_and_exits_75(data_bin, tmp_path):
+    """fairseq-train with the plugin (fairseq-fixes row ``save_on_usr1``): SIGUSR1 mid-run saves
+    checkpoint_last.pt at the next update and exits 75; the run resumes from that update."""
+    import torch
+    from fairseq_helpers import TINY, USER_DIR
+
+    save = tmp_path / "ckpt"
+    exe = Path(sys.executable).with_name("fairseq-train")
+    argv = [str(exe), str(data_bin), "--user-dir", USER_DIR, "--arch", "deepnmt_transformer", *TINY, "--task",
+            "translation", "--optimizer", "adam", "--lr", "0.001", "--lr-scheduler", "inverse_sqrt",
+            "--warmup-updates", "10", "--max-tokens", "100", "--max-update", "100000", "--save-dir", str(save),
+            "--no-progress-bar", "--log-format", "simple", "--log-interval", "1", "--seed", "1", "--cpu",
+            "--num-workers", "0", "--no-epoch-checkpoints", "--disable-validation", "--criterion",
+            "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "num_updates=3" in line:  # the handler is in place after the first update
+                proc.send_signal(signal.SIGUSR1)
+                break
+        out = "".join(lines) + proc.communicate(timeout=300)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 75, out[-3000:]
+    said = [int(x) for x in __import__("re").findall(r"SIGUSR1: saving checkpoint_last.pt at update (\d+)", out)]
+    assert len(said) == 1 and 3 <= said[0] <= 5, out[-3000:]  # the next update or two, not a save interval later
+    state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert state["optimizer_history"][-1]["num_updates"] == said[0]
+    assert "done training" not in out
+
+
+def test_the_runner_passes_sigusr1_to_a_training_stage_and_marks_nothing_done(tmp_path):
+    """deepnmt-repro's runner (what srun's task runs): SIGUSR1 goes on to the running training command;
+    its exit 75 is a stop (no .done), and no later stage starts."""
+    import threading
+
+    from deepnmt_fairseq.jobs.runner import RunError, Runner
+    from deepnmt_fairseq.jobs.stage import Stage
+
+    ready = tmp_path / "ready"
+    child = (f"import signal, sys, time, pathlib\n"
+             f"signal.signal(signal.SIGUSR1, lambda *a: (print('child saved', flush=True), sys.exit(75)))\n"
+             f"pathlib.Path({str(ready)!r}).write_text('x')\n"
+             f"time.sleep(60)\nsys.exit(0)\n")
+    train = Stage("train", [sys.executable, "-c", child], tmp_path / "train", marker=True, log=tmp_path / "train.log",
+                  kind="train", history=True)
+    later = Stage("later", [sys.executable, "-c", "open('never', 'w')"], tmp_path / "later", marker=True, kind="x")
+
+    def notice():
+        deadline = time.time() + 60
+        while not ready.exists() and time.time() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    before = signal.getsignal(signal.SIGUSR1)
+    threading.Thread(target=notice, daemon=True).start()
+    t0 = time.time()
+    with pytest.raises(RunError) as err:
+        Runner("t", echo=None, in_process=False).run([train, later])
+    assert "stopped on SIGUSR1 after saving checkpoint_last.pt" in str(err.value)
+    assert time.time() - t0 < 50  # not the child's 60 s
+    assert "child saved" in (tmp_path / "train.log").read_text()
+    assert not (tmp_path / "train" / ".done").exists() and not (tmp_path / "later").exists()
+    assert signal.getsignal(signal.SIGUSR1) == before  # the runner's handler is gone after the run

@@ -20,8 +20,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Type
@@ -40,6 +42,10 @@ IN_PROCESS: Dict[str, Callable[[List[str]], Optional[int]]] = {}
 
 #: seconds between looks at rank 0's markers
 WAIT_POLL = 30.0
+
+#: fairseq-train's exit status after it saved checkpoint_last.pt on SIGUSR1 (the plugin's fix
+#: ``save_on_usr1``; :data:`deepnmt_fairseq.behaviour_fixes.USR1_EXIT`)
+USR1_EXIT = 75
 
 
 class RunError(JobError):
@@ -97,6 +103,23 @@ class Runner:
         self.log = make_log(prefix, echo=echo)
         self.ran: List[str] = []  # names of the stages run (not skipped) by this runner
         self.started = time.time()
+        self.notice = False  # SIGUSR1 came (a cluster's notice before its time limit)
+        self._child: Optional[subprocess.Popen] = None
+        self._forward = False  # pass SIGUSR1 on to the running command (a training stage)
+
+    # ---------------------------------------------------------------- SIGUSR1
+    def _on_usr1(self, signum, frame) -> None:
+        """The notice: a running training stage gets it too (fairseq saves at its next update and
+        exits 75); any other command finishes, and no further stage starts."""
+        self.notice = True  # (no printing here: the handler may interrupt a print of the main thread)
+        child = self._child
+        if self._forward and child is not None and child.poll() is None:
+            child.send_signal(signal.SIGUSR1)
+
+    def _stop_on_notice(self) -> None:
+        if self.notice:
+            raise self.error("stopped on SIGUSR1 (the cluster's notice before its time limit) before the next stage; "
+                             "the same command (or the requeued job) resumes: finished stages are skipped")
 
     @property
     def is_rank0(self) -> bool:
@@ -104,7 +127,15 @@ class Runner:
 
     # ---------------------------------------------------------------- the loop
     def run(self, stages: Iterable[Stage]) -> None:
-        stages = list(stages)
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGUSR1, self._on_usr1) if main else None
+        try:
+            self._run(list(stages))
+        finally:
+            if main:
+                signal.signal(signal.SIGUSR1, previous if previous is not None else signal.SIG_DFL)
+
+    def _run(self, stages: List[Stage]) -> None:
         for st in stages:
             if st.inputs.preflight is not None and not st.is_done():
                 st.inputs.preflight()
@@ -112,6 +143,7 @@ class Runner:
         produced = {st.done_file(): st for st in stages}
         for i, st in enumerate(stages, 1):
             head = f"stage {i}/{len(stages)} {st.name}" if self.numbered else st.name
+            self._stop_on_notice()
             if self.is_rank0:
                 try:
                     self._stage(st, head, stages, produced)
@@ -161,6 +193,7 @@ class Runner:
             argv = st.command()
             if st.training.history and self.is_rank0:
                 record_command(st.completion.output, argv, st.training.batch, self.log)
+            self._forward = bool(st.training.history)
             try:
                 self.command(argv, st.action.log if self.is_rank0 else None, st.name)
             except self.error:
@@ -187,8 +220,12 @@ class Runner:
                 raise self.error(f"stage {name}: {argv[0]} failed (exit {rc})")
             return
         cmd = [_resolve(argv[0]), *argv[1:]]
+        self._stop_on_notice()
         self.log("$ " + quote(argv))
         rc = self.tee(cmd, log)
+        if rc == USR1_EXIT and self.notice:
+            raise self.error(f"stage {name}: stopped on SIGUSR1 after saving checkpoint_last.pt at its last update "
+                             f"({argv[0]} exit {rc}); the same command (or the requeued job) resumes from it")
         if rc:
             tail = ""
             if log is not None and not self.echo_all:
@@ -210,6 +247,7 @@ class Runner:
                                         errors="replace", bufsize=1)
             except FileNotFoundError as err:
                 raise self.error(f"cannot start {cmd[0]}: {err} (is the environment activated?)") from None
+            self._child = proc
             try:
                 for line in proc.stdout:
                     if fh:
@@ -225,6 +263,7 @@ class Runner:
                 proc.wait()
                 raise
         finally:
+            self._child, self._forward = None, False
             if fh:
                 fh.close()
 
