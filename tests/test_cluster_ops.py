@@ -191,3 +191,114 @@ def test_the_runner_passes_sigusr1_to_a_training_stage_and_marks_nothing_done(tm
     assert "child saved" in (tmp_path / "train.log").read_text()
     assert not (tmp_path / "train" / ".done").exists() and not (tmp_path / "later").exists()
     assert signal.getsignal(signal.SIGUSR1) == before  # the runner's handler is gone after the run
+
+
+# ---------------------------------------------------------------------------- evaluation
+def _evaluator(tmp_path, **kw):
+    from deepnmt_fairseq.repro import commands
+    from deepnmt_fairseq.repro.evaluate import EvalOptions, Evaluator
+    from deepnmt_fairseq.repro.registry import EXPERIMENTS
+
+    name = "transparent-wmt14-ende-6L"
+    ck = tmp_path / "ck"
+    (ck / name).mkdir(parents=True, exist_ok=True)
+    (ck / name / "checkpoint_1_1.pt").write_bytes(b"x")
+    return Evaluator(EXPERIMENTS[name], EXPERIMENTS, EvalOptions(paths=commands.Paths(tmp_path / "data", ck), **kw)), \
+        ck / name
+
+
+def test_evaluation_refuses_a_training_stage_without_its_done_marker(tmp_path):
+    from deepnmt_fairseq.repro.commands import ReproError
+
+    ev, stage_dir = _evaluator(tmp_path, cpu=True)
+    with pytest.raises(ReproError) as err:
+        ev.run()
+    assert str(stage_dir / ".done") in str(err.value) and "--allow-unfinished" in str(err.value)
+    # overridden on purpose, or finished: past the gate (the next complaint is the paper's checkpoint window)
+    ev, _ = _evaluator(tmp_path, cpu=True, allow_unfinished=True)
+    with pytest.raises(ReproError, match="mean over 21 checkpoints"):
+        ev.run()
+    (stage_dir / ".done").write_text("")
+    ev, _ = _evaluator(tmp_path, cpu=True)
+    with pytest.raises(ReproError, match="mean over 21 checkpoints"):
+        ev.run()
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a torch that sees no GPU (CI's)")
+def test_evaluation_never_falls_back_to_the_cpu_when_gpus_were_requested(tmp_path, monkeypatch):
+    from deepnmt_fairseq.repro.commands import ReproError
+
+    for key in ("SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS", "DEEPNMT_REQUIRE_GPU"):
+        monkeypatch.delenv(key, raising=False)
+    ev, _ = _evaluator(tmp_path)
+    assert ev.cpu  # nothing asked for a GPU: a local run without one decodes on the CPU (and says --cpu)
+    assert "--cpu" in ev.generate_argv(tmp_path / "m.pt")
+    monkeypatch.setenv("SLURM_GPUS_ON_NODE", "1")  # an allocation with a GPU the job's torch cannot see
+    with pytest.raises(ReproError) as err:
+        _evaluator(tmp_path)
+    assert "SLURM_GPUS_ON_NODE=1" in str(err.value) and "--cpu" in str(err.value) and "torch" in str(err.value)
+    monkeypatch.delenv("SLURM_GPUS_ON_NODE")
+    with pytest.raises(ReproError, match=r"GPUs were requested \(--fp16\)"):
+        _evaluator(tmp_path, fp16=True)
+    assert _evaluator(tmp_path, cpu=True)[0].cpu  # --cpu: on purpose
+
+
+def test_evaluate_sbatch_activates_the_environment_and_requires_its_gpu(tmp_path):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "activate").write_text(f'export PATH="{venv}/bin:$PATH"\nexport ACTIVATED=yes\n')
+    (venv / "bin" / "python").write_text('#!/usr/bin/env bash\necho "env-python $ACTIVATED '
+                                         'require=$DEEPNMT_REQUIRE_GPU $*"\n')
+    (venv / "bin" / "python").chmod(0o755)
+    env = {**os.environ, "DEEPNMT_VENV": str(venv), "DEEPNMT_REPO": str(REPO)}
+    for key in ("PYTHON", "DEEPNMT_REQUIRE_GPU"):
+        env.pop(key, None)
+    res = subprocess.run(["bash", str(REPO / "scripts" / "slurm" / "evaluate.sbatch"), "msc-iwslt14-ende-6L", "--beam",
+                          "4"], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "env-python yes require=1 -m deepnmt_cli.repro evaluate msc-iwslt14-ende-6L --beam 4" in res.stdout
+    bad = subprocess.run(["bash", str(REPO / "scripts" / "slurm" / "evaluate.sbatch"), "x"],
+                         env={**env, "DEEPNMT_VENV": str(tmp_path / "nowhere")}, capture_output=True, text=True)
+    assert bad.returncode == 2 and "DEEPNMT_VENV" in bad.stderr
+
+
+# ---------------------------------------------------------------------------- devices from the job's torch
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a torch that sees no GPU (CI's)")
+def test_gpus_listed_by_the_node_but_not_seen_by_the_jobs_torch_are_an_error(tmp_path, monkeypatch):
+    from deepnmt_fairseq.jobs import cluster
+
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "nvidia-smi").write_text("#!/usr/bin/env bash\necho 'GPU 0: NVIDIA H100 (UUID: a)'\n"
+                                     "echo 'GPU 1: NVIDIA H100 (UUID: b)'\n")
+    (bin_ / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_}:{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    env = {"SLURM_NTASKS": "2", "SLURM_PROCID": "1", "SLURM_LOCALID": "1", "MASTER_ADDR": "n1"}
+    launch = cluster.make_launch("slurm", env=env)
+    assert launch.gpus_found == 2 and not launch.cpu  # what the node lists (the plan)
+    with pytest.raises(cluster.ClusterError) as err:
+        cluster.check_devices(launch)  # the job's own torch: CPU-only here
+    msg = str(err.value)
+    assert "sees 0 GPU(s)" in msg and "CPU-only torch" in msg and "--cpu" in msg and sys.executable in msg
+    cluster.check_devices(launch, torch_count=2)  # a CUDA torch that sees both: fine
+    with pytest.raises(cluster.ClusterError, match="sees 1 GPU"):
+        cluster.check_devices(launch, torch_count=1)  # rank 1 uses device 1
+
+
+def test_half_precision_given_raw_after_the_double_dash_is_checked(tmp_path):
+    from deepnmt_fairseq.jobs import cluster
+    from deepnmt_fairseq.repro import commands
+    from deepnmt_fairseq.repro.registry import EXPERIMENTS
+
+    launch = cluster.make_launch("local", env={"CUDA_VISIBLE_DEVICES": ""})
+    for flag in ("--fp16", "--bf16", "--amp", "--memory-efficient-fp16"):
+        with pytest.raises(cluster.ClusterError) as err:
+            cluster.check_devices(launch, None, ["--max-update", "5", flag])
+        assert f"-- {flag} (a fairseq flag after --) needs a GPU" in str(err.value)
+    cluster.check_devices(launch, None, ["--max-update", "5"])  # the CPU on purpose, no half precision
+    opts = commands.RunOptions(paths=commands.Paths(tmp_path / "d", tmp_path / "c"), launch=launch,
+                               extra=["--fp16"])
+    planner = commands.Planner(EXPERIMENTS, EXPERIMENTS["msc-iwslt14-ende-6L"], opts)
+    with pytest.raises(commands.ReproError, match="-- --fp16"):
+        planner.preflight()  # what every training stage runs first (deepnmt-repro train NAME -- --fp16)

@@ -65,6 +65,7 @@ def cmd_evaluate(a: argparse.Namespace) -> int:
                        checkpoint=Path(a.checkpoint).absolute() if a.checkpoint else None, average=a.average,
                        subset=a.subset, beam=a.beam, lenpen=a.lenpen, batch_size=a.batch_size, cpu=a.cpu,
                        fp16=a.fp16, remove_bpe=a.remove_bpe, tag=a.tag, extra=extra, dry_run=a.dry_run,
+                       allow_unfinished=getattr(a, "allow_unfinished", False),
                        max_len_b=[int(x) for x in a.max_len_b.split(",")] if a.max_len_b else None)
     evaluator = Evaluator
     if exp.eval.primary.startswith("rouge"):  # MSC Appendix A summarization: ROUGE, max length tuned on valid

@@ -217,7 +217,7 @@ class Planner:
     def preflight(self, dataset_of: Optional[Experiment] = None) -> None:
         """The GPU path's loud failures (:func:`deepnmt_fairseq.jobs.cluster.check_devices`) and, for a
         stage that reads its experiment's dataset, that dataset (an error naming deepnmt-prepare-data)."""
-        cluster.check_devices(self.opts.launch, self.opts.precision)
+        cluster.check_devices(self.opts.launch, self.opts.precision, self.opts.extra)
         if dataset_of is not None:
             src, tgt = dataset_of.lang_pair
             cluster.check_dataset(self.opts.paths.dataset_bin(dataset_of, self.exp), src, tgt, dataset_of.dataset,
