@@ -302,3 +302,155 @@ def test_half_precision_given_raw_after_the_double_dash_is_checked(tmp_path):
     planner = commands.Planner(EXPERIMENTS, EXPERIMENTS["msc-iwslt14-ende-6L"], opts)
     with pytest.raises(commands.ReproError, match="-- --fp16"):
         planner.preflight()  # what every training stage runs first (deepnmt-repro train NAME -- --fp16)
+
+
+# ---------------------------------------------------------------------------- rank 0: heartbeat, shared root, lock
+def _rank(rank, monkeypatch, job="SLURM_JOB_ID", value="900"):
+    from deepnmt_fairseq.jobs import cluster
+
+    for key in ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "MASTER_ADDR", "SLURM_RESTART_COUNT",
+                "TORCHELASTIC_RESTART_COUNT"):
+        monkeypatch.delenv(key, raising=False)
+    if job:
+        monkeypatch.setenv(job, value)
+    return cluster.make_launch("torchrun", cpu=True, env={"WORLD_SIZE": "2", "RANK": str(rank),
+                                                           "LOCAL_RANK": str(rank), "CUDA_VISIBLE_DEVICES": ""})
+
+
+def _rank0_stage(tmp_path):
+    from deepnmt_fairseq.jobs.stage import Stage
+
+    return Stage("avg", [sys.executable, "-c", "pass"], tmp_path / "exp" / "avg.pt", kind="average", rank0_only=True)
+
+
+def test_a_waiting_rank_stops_when_rank_0s_heartbeat_is_stale(tmp_path, monkeypatch):
+    """Rank 0 killed (OOM, say) writes no .failed: the waiting rank stops after the stale limit, not a day."""
+    import json
+
+    from deepnmt_fairseq.jobs import runner as job_runner
+    from deepnmt_fairseq.jobs.runner import RunError, Runner
+
+    monkeypatch.setattr(job_runner, "WAIT_POLL", 0.05)
+    monkeypatch.setenv("DEEPNMT_RANK0_STALE", "1")
+    launch = _rank(1, monkeypatch)
+    state = tmp_path / "exp"
+    state.mkdir()
+    (state / ".rank0-token").write_text(json.dumps({"job": "SLURM_JOB_ID=900", "restart": "0"}))  # rank 0 started
+    (state / ".rank0-heartbeat").write_text(json.dumps({"job": "SLURM_JOB_ID=900", "time": 1.0}))  # then died
+    t0 = time.time()
+    with pytest.raises(RunError) as err:
+        Runner("r1", echo=None, launch=launch, state_dir=state).run([_rank0_stage(tmp_path)])
+    msg = str(err.value)
+    assert "rank 0's heartbeat" in msg and str(state / ".rank0-heartbeat") in msg and "limit 1 s" in msg
+    assert "DEEPNMT_RANK0_STALE" in msg and time.time() - t0 < 30
+
+    # a live rank 0 (its heartbeat changing) is waited for until its marker appears
+    import threading
+
+    stop = threading.Event()
+
+    def rank0():
+        for i in range(60):
+            (state / ".rank0-heartbeat").write_text(json.dumps({"job": "SLURM_JOB_ID=900", "time": float(i)}))
+            if i == 40:
+                (state / "avg.pt").write_text("done")
+            if stop.wait(0.1):
+                return
+
+    t = threading.Thread(target=rank0, daemon=True)
+    t.start()
+    try:
+        Runner("r1", echo=None, launch=launch, state_dir=state).run([_rank0_stage(tmp_path)])  # 4 s > the limit
+    finally:
+        stop.set()
+    assert (state / "avg.pt").exists()
+
+
+def test_every_rank_must_see_rank_0s_token_in_the_checkpoint_root(tmp_path, monkeypatch):
+    """A node-local checkpoint root: rank 0's token is not visible on the other node: a clear error."""
+    import json
+
+    from deepnmt_fairseq.jobs.runner import RunError, Runner
+
+    monkeypatch.setenv("DEEPNMT_SHARED_ROOT_WAIT", "0.3")
+    launch = _rank(1, monkeypatch)
+    state = tmp_path / "exp"
+    with pytest.raises(RunError) as err:
+        Runner("r1", echo=None, launch=launch, state_dir=state).run([_rank0_stage(tmp_path)])
+    msg = str(err.value)
+    assert str(state / ".rank0-token") in msg and "shared by every node" in msg and "does not exist" in msg
+    state.mkdir()
+    (state / ".rank0-token").write_text(json.dumps({"job": "SLURM_JOB_ID=899", "restart": "0"}))  # another job's
+    with pytest.raises(RunError, match="it holds SLURM_JOB_ID=899"):
+        Runner("r1", echo=None, launch=launch, state_dir=state).run([_rank0_stage(tmp_path)])
+    # rank 0 of this job writes it (and the lock and heartbeat), and rank 1 then passes
+    done = []
+    r0 = Runner("r0", echo=None, launch=_rank(0, monkeypatch), state_dir=state)
+    monkeypatch.setattr(Runner, "tee", lambda self, cmd, log: done.append(cmd) or 0)
+    (state / "avg.pt").write_text("x")  # the stage is done: nothing runs
+    r0.run([_rank0_stage(tmp_path)])
+    token = json.loads((state / ".rank0-token").read_text())
+    assert token["job"] == "SLURM_JOB_ID=900" and token["restart"] == "0"
+    assert json.loads((state / ".rank0-heartbeat").read_text())["job"] == "SLURM_JOB_ID=900"
+    assert not (state / ".job.lock").exists()  # released at the end
+    Runner("r1", echo=None, launch=_rank(1, monkeypatch), state_dir=state).run([_rank0_stage(tmp_path)])
+    launch = _rank(1, monkeypatch)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # the requeued job: rank 0's token of this restart is needed
+    with pytest.raises(RunError, match="restart 1"):
+        Runner("r1", echo=None, launch=launch, state_dir=state).run([_rank0_stage(tmp_path)])
+
+
+def test_one_job_per_experiment_folder_unless_it_is_the_same_job_requeued(tmp_path, monkeypatch):
+    import json
+
+    from deepnmt_fairseq.jobs.runner import RunError, Runner
+
+    state = tmp_path / "exp"
+    state.mkdir()
+    (state / "avg.pt").write_text("x")
+    lock = state / ".job.lock"
+    held = {"job": "SLURM_JOB_ID=5", "host": "n7", "pid": 1, "time": time.time()}
+    lock.write_text(json.dumps(held))
+    (state / ".rank0-heartbeat").write_text(json.dumps({"job": "SLURM_JOB_ID=5", "time": time.time()}))
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    launch = _rank(0, monkeypatch, value="6")  # another job, single rank 0
+    with pytest.raises(RunError) as err:
+        Runner("r0", echo=None, launch=launch, state_dir=state).run([_rank0_stage(tmp_path)])
+    assert "in use by job SLURM_JOB_ID=5" in str(err.value) and str(lock) in str(err.value)
+    assert json.loads(lock.read_text())["job"] == "SLURM_JOB_ID=5"  # untouched
+    # the same job requeued takes its own lock back
+    Runner("r0", echo=None, launch=_rank(0, monkeypatch, value="5"), state_dir=state).run([_rank0_stage(tmp_path)])
+    assert not lock.exists()
+    # a holder whose heartbeat is stale is gone (a lost node): taken over
+    lock.write_text(json.dumps(held))
+    (state / ".rank0-heartbeat").write_text(json.dumps({"job": "SLURM_JOB_ID=5", "time": time.time() - 3600}))
+    Runner("r0", echo=None, launch=_rank(0, monkeypatch, value="6"), state_dir=state).run([_rank0_stage(tmp_path)])
+    # one local run after another killed one on this host (its process gone): taken over
+    import socket
+
+    lock.write_text(json.dumps({"job": f"local:{socket.gethostname()}:999999999", "host": socket.gethostname(),
+                                "pid": 999999999, "time": time.time()}))
+    for key in ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "MASTER_ADDR"):
+        monkeypatch.delenv(key, raising=False)
+    Runner("r0", echo=None, state_dir=state).run([_rank0_stage(tmp_path)])
+    assert not lock.exists()
+
+
+def test_torchrun_example_gets_a_rendezvous_id_per_run(tmp_path):
+    fake = tmp_path / "torchrun"
+    fake.write_text("#!/usr/bin/env bash\necho \"$*\"\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "TORCHRUN": str(fake), "NPROC_PER_NODE": "1"}
+    for key in ("RDZV_ID", "NNODES", "SLURM_JOB_ID"):
+        env.pop(key, None)
+    script = str(REPO / "scripts" / "torchrun_example.sh")
+    ids = []
+    for _ in range(2):
+        out = subprocess.run(["bash", script, "msc-iwslt14-ende-6L"], env=env, capture_output=True, text=True).stdout
+        ids.append(out.split("--rdzv-id ")[1].split()[0])
+    assert ids[0] != ids[1] and "deepnmt" not in ids  # one local run: its own id each time
+    multi = subprocess.run(["bash", script, "x"], env={**env, "NNODES": "2"}, capture_output=True, text=True)
+    assert multi.returncode == 2 and "RDZV_ID" in multi.stderr  # several nodes: the same id on each, given
+    out = subprocess.run(["bash", script, "x"], env={**env, "NNODES": "2", "RDZV_ID": "job42"}, capture_output=True,
+                         text=True).stdout
+    assert "--rdzv-id job42" in out

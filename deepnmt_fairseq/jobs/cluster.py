@@ -284,6 +284,44 @@ def job_id(env: Optional[Mapping[str, str]] = None) -> str:
     return ""
 
 
+def restart_count(env: Optional[Mapping[str, str]] = None) -> str:
+    """How often this job was restarted: Slurm's requeues, torchrun's restarts ('0' when neither says)."""
+    env = os.environ if env is None else env
+    return env.get("SLURM_RESTART_COUNT") or env.get("TORCHELASTIC_RESTART_COUNT") or "0"
+
+
+def _seconds(env: Optional[Mapping[str, str]], key: str, default: float) -> float:
+    env = os.environ if env is None else env
+    raw = env.get(key)
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ClusterError(f"{key}={raw!r} is not a number of seconds") from None
+
+
+#: seconds without a fresh heartbeat of rank 0 after which a waiting rank stops (``$DEEPNMT_RANK0_STALE``)
+DEFAULT_RANK0_STALE = 600.0
+#: seconds between rank 0's heartbeats (``$DEEPNMT_HEARTBEAT``)
+DEFAULT_HEARTBEAT = 30.0
+#: seconds a rank waits to see rank 0's token in the checkpoint root (``$DEEPNMT_SHARED_ROOT_WAIT``)
+DEFAULT_SHARED_ROOT_WAIT = 120.0
+
+
+def rank0_stale(env: Optional[Mapping[str, str]] = None) -> float:
+    """Seconds a waiting rank accepts rank 0's heartbeat unchanged: ``$DEEPNMT_RANK0_STALE``, else 10 minutes."""
+    return _seconds(env, "DEEPNMT_RANK0_STALE", DEFAULT_RANK0_STALE)
+
+
+def heartbeat_every(env: Optional[Mapping[str, str]] = None) -> float:
+    return _seconds(env, "DEEPNMT_HEARTBEAT", DEFAULT_HEARTBEAT)
+
+
+def shared_root_wait(env: Optional[Mapping[str, str]] = None) -> float:
+    return _seconds(env, "DEEPNMT_SHARED_ROOT_WAIT", DEFAULT_SHARED_ROOT_WAIT)
+
+
 def rank0_timeout(env: Optional[Mapping[str, str]] = None) -> float:
     """Seconds a rank waits for one rank-0 step: ``$DEEPNMT_RANK0_TIMEOUT``, else one day."""
     env = os.environ if env is None else env

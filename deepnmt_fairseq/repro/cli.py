@@ -51,7 +51,7 @@ def cmd_train(a: argparse.Namespace) -> int:
                          "scripts/torchrun_example.sh (--dry-run shows the plan for any --gpus)")
     elif launch.cpu and launch.gpus_found == 0 and not a.cpu:
         print("[repro] no GPU found: training on the CPU (--gpus N to plan for N GPUs)", file=sys.stderr)
-    return run_steps(steps, launch, dry_run=a.dry_run)
+    return run_steps(steps, launch, dry_run=a.dry_run, state_dir=paths.exp_dir(exp, exp))
 
 
 def cmd_evaluate(a: argparse.Namespace) -> int:

@@ -332,19 +332,23 @@ def print_plan(steps: Sequence[Step]) -> None:
         print(s.shell())
 
 
-def runner(launch: Launch) -> Runner:
-    """The one runner as the registry uses it: every output line on the console, log lines on stderr."""
+def runner(launch: Launch, state_dir: Optional[Path] = None) -> Runner:
+    """The one runner as the registry uses it: every output line on the console, log lines on stderr;
+    ``state_dir``: the experiment's folder, for the job lock, rank 0's token and heartbeat (issue 82)."""
     return Runner("repro", echo=None, echo_all=True, in_process=False, launch=launch, error=ReproError,
-                  numbered=False)
+                  numbered=False, state_dir=state_dir)
 
 
-def run_steps(steps: Sequence[Step], launch: Launch, dry_run: bool = False, precision: Optional[str] = None) -> int:
-    """Print (``dry_run``) or run the planned steps on this launch (the GPU path's checks first)."""
+def run_steps(steps: Sequence[Step], launch: Launch, dry_run: bool = False, precision: Optional[str] = None,
+              state_dir: Optional[Path] = None) -> int:
+    """Print (``dry_run``) or run the planned steps on this launch (the GPU path's checks first);
+    ``state_dir``: the experiment's folder (``deepnmt-repro train`` passes it: one job per folder,
+    the shared-root check, rank 0's heartbeat)."""
     if dry_run:
         print_plan(steps)
         return 0
     cluster.check_devices(launch, precision)
-    runner(launch).run(steps)
+    runner(launch, state_dir).run(steps)
     return 0
 
 
