@@ -175,3 +175,35 @@ def test_the_lease_packs_are_ignored_so_they_travel_only_when_carried():
 
     res = subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q", f"{lease.PACK_DIR}/fairseq.tar.xz"])
     assert res.returncode == 0
+
+
+def test_lease_setup_unpacks_a_pack_and_writes_console_script_shims(tmp_path, monkeypatch):
+    """What a call runs first on the lent machine: the pack's files into the site folder, and a shim per
+    console script (the packs' entry points and the checkout's pyproject) that runs with its arguments."""
+    import io
+    import lzma
+    import tarfile
+
+    import gpu_check_lease as lease
+
+    repo = tmp_path / "repo"
+    (repo / lease.PACK_DIR).mkdir(parents=True)
+    (repo / "pyproject.toml").write_text('[project]\nname = "x"\n[project.scripts]\ndeepnmt-fake = "fakemod:main"\n')
+    files = {"fakemod/__init__.py": "import sys\ndef main():\n    print('shim ok', sys.argv[0], sys.argv[1:])\n",
+             "fake-1.0.dist-info/entry_points.txt": "[console_scripts]\nfake-cmd = fakemod:main\n",
+             "fakemod/examples/big.bin": "left out"}
+    with lzma.open(repo / lease.PACK_DIR / "fake.tar.xz", "wb") as xz, tarfile.open(fileobj=xz, mode="w") as tar:
+        for name, text in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(text.encode())
+            tar.addfile(info, io.BytesIO(text.encode()))
+    monkeypatch.setattr(lease, "REPO", repo)
+    monkeypatch.setitem(lease.PACKS, "fake", lease.Pack("fake", (), (), (), 0.1))
+    site = tmp_path / "site"
+    assert lease.setup(["fake"], site) == 0  # its check imports torch, fairseq and the plugin (CI has them)
+    for script in ("fake-cmd", "deepnmt-fake"):
+        out = subprocess.run([str(site / "bin" / script), "a", "b c"], capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": str(site)})
+        assert out.stdout.strip() == f"shim ok {script} ['a', 'b c']", out.stderr
+    monkeypatch.setitem(lease.PACKS, "gone", lease.Pack("gone", (), (), (), 0.1))
+    assert lease.setup(["gone"], site) == 2  # a pack not carried: says which file and how to make it
