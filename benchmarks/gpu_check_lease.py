@@ -28,7 +28,6 @@ import argparse
 import json
 import lzma
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
