@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
-STUDIES = ("depth", "deep-decoder", "gpkd", "ssl", "converged", "postnorm-sweep")
+STUDIES = ("depth", "deep-decoder", "gpkd", "ssl", "converged", "postnorm-sweep", "postnorm-diag")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +71,13 @@ class Preset:
     # updates; the point with the lowest valid NLL is the family's recipe (test is not read).  0: none
     sweep_updates: int = 0
     sweep_grid: Tuple[Tuple[float, int], ...] = ()
+    # why a post-norm family fails (issue 77, part 4): DIAG_FAMILIES at the deepest depth at each of
+    # DIAG_POINTS for ``diag_updates`` updates with DeepNet's/Admin's diagnostics every ``diag_every``
+    # updates (--log-change-norms, --log-grad-norms-every), and one Admin run at ``bigbatch_freq`` times
+    # the tokens of an update (--update-freq; Admin's 32K tokens).  0: none
+    diag_updates: int = 0
+    diag_every: int = 0
+    bigbatch_freq: int = 0
 
 
 PRESETS: Dict[str, Preset] = {
@@ -92,7 +99,10 @@ PRESETS: Dict[str, Preset] = {
                   # issue 77: 3 peak rates x 2 warm-ups, containing the old post-norm point (2e-3 / 600)
                   # and the GPU preset's (1e-3 / 1000), reaching below 1e-3; 2000 updates: past every
                   # warm-up and past 550-700 updates, where the working and failing runs parted
-                  sweep_updates=2000, sweep_grid=tuple((lr, w) for lr in (5e-4, 1e-3, 2e-3) for w in (600, 1000))),
+                  sweep_updates=2000, sweep_grid=tuple((lr, w) for lr in (5e-4, 1e-3, 2e-3) for w in (600, 1000)),
+                  # the first 1000 updates (DeepNet and Admin diagnose the first few hundred), a point
+                  # every 20; 16 x 2048 tokens = Admin's 32K an update
+                  diag_updates=1000, diag_every=20, bigbatch_freq=16),
     # IWSLT-small shapes (d 256, FFN 1024) on the evidence corpus; schedules scaled to ~50k pairs
     "gpu": Preset("gpu", dim=256, ffn=1024, heads=4, updates=8000, max_tokens=8192, lr=1e-3, warmup=1000,
                   depths=(6, 12, 24), decoder_layers=3, dd_encoder=6, dd_depths=(3, 6, 12, 18), teacher_layers=24,
@@ -166,6 +176,8 @@ class Run:
     optimizer: str = "adam"  # "radam": the plugin's RAdam, as Admin's authors train it
     valid_only: bool = False  # evaluate the valid NLL only (a tuning run: test is not read)
     valid_log: bool = False  # validate at every checkpoint save and keep the valid NLL curve ("valid_log")
+    diagnostics: int = 0  # --log-change-norms and --log-grad-norms-every this many updates (0: off)
+    update_freq: int = 1  # --update-freq (micro-batches of max_tokens per update)
 
 
 def model_flags(p: Preset, enc: int, dec: int, *flags: str) -> List[str]:
@@ -391,6 +403,105 @@ def prenorm_check_runs(p: Preset, results: Optional[Dict[str, dict]] = None, own
             for lr, w in points for fam in PRENORM_CHECK]
 
 
+# ------------------------------------------------------- why a post-norm family fails (issue 77, part 4)
+#: the two recipes of the diagnostic runs: the study's old post-norm point and the one where DeepNorm-24
+#: left the plateau in the sweep while post-norm-24 did not (valid NLL 4.715 vs 6.026 at 2000 updates)
+DIAG_POINTS = ((2e-3, 600), (1e-3, 1000))
+DIAG_FAMILIES = ("postnorm", "deepnorm", "admin")
+DIAG_REFERENCE = ("prenorm",)  # at the preset's own (pre-norm) point: a stack that trains
+#: the large-batch run: the family and point (Admin at the sweep's 1e-3 / 1000, where its 2K-token run
+#: stayed near the plateau: valid NLL 6.10 at 1800 updates)
+BIGBATCH = ("admin", 1e-3, 1000)
+
+
+def diag_name(fam: str, depth: int, lr: float, warmup: int) -> str:
+    return f"diag-lr{lr:g}-w{warmup}-{fam}-{depth}-s1"
+
+
+def bigbatch_name(p: Preset) -> str:
+    fam, lr, w = BIGBATCH
+    return f"bigbatch-x{p.bigbatch_freq}-lr{lr:g}-w{w}-{fam}-{sweep_depth(p)}-s1"
+
+
+def diag_runs(p: Preset) -> List[Run]:
+    """The diagnostic runs: DIAG_FAMILIES at DIAG_POINTS and pre-norm at its own point (the working
+    reference), at the deepest depth, seed 1, ``diag_updates`` updates, the change and gradient norms
+    logged every ``diag_every`` updates, valid NLL only; then Admin's large batch (``bigbatch_freq``
+    micro-batches an update, validated at every save)."""
+    if not p.diag_updates:
+        return []
+    n = sweep_depth(p)
+    points = ([(fam, lr, w) for lr, w in DIAG_POINTS for fam in DIAG_FAMILIES]
+              + [(fam, p.lr, p.warmup) for fam in DIAG_REFERENCE])
+    runs = [Run(diag_name(fam, n, lr, w), diag_name(fam, n, lr, w).rsplit("-s", 1)[0], 1,
+                model_flags(p, n, p.decoder_layers, *FAMILIES[fam]), updates=p.diag_updates, lr=lr, warmup=w,
+                optimizer=SWEEP_OPTIMIZER.get(fam, "adam"), valid_only=True, diagnostics=p.diag_every)
+            for fam, lr, w in points]
+    if p.bigbatch_freq:
+        fam, lr, w = BIGBATCH
+        runs.append(Run(bigbatch_name(p), bigbatch_name(p).rsplit("-s", 1)[0], 1,
+                        model_flags(p, n, p.decoder_layers, *FAMILIES[fam]), updates=p.diag_updates, lr=lr,
+                        warmup=w, optimizer=SWEEP_OPTIMIZER.get(fam, "adam"), valid_only=True, valid_log=True,
+                        update_freq=p.bigbatch_freq))
+    return runs
+
+
+# ------------------------------------------------------ the converged runs again (issue 77, part 3)
+def old_recipe(p: Preset) -> Tuple[float, int, str]:
+    """What every converged post-norm run of the study used: the preset's post-norm point on Adam."""
+    return (p.postnorm_lr if p.postnorm_lr is not None else p.lr,
+            p.postnorm_warmup if p.postnorm_warmup is not None else p.warmup, "adam")
+
+
+def chosen_recipe(p: Preset, results: Dict[str, dict], fam: str) -> Optional[Tuple[float, int, str]]:
+    """A post-norm family's recipe by the sweep's rule: (peak lr, warm-up, optimizer); None before the
+    family's grid is complete.  The 12- and 6-layer runs use the 24-layer choice (no grid is run at
+    those depths: the issue's "unless a 12-layer grid is run too")."""
+    point = sweep_choice(p, results, fam)
+    return None if point is None else (point[0], point[1], SWEEP_OPTIMIZER.get(fam, "adam"))
+
+
+def retuned_name(fam: str, depth: int) -> str:
+    return f"retuned-{fam}-{depth}"  # the system; its runs are <system>-s<seed>
+
+
+def retuned_runs(p: Preset, seeds: Sequence[int], results: Optional[Dict[str, dict]] = None) -> List[Run]:
+    """The converged comparison again where the recipe changed: each post-norm family whose sweep
+    choice differs from :func:`old_recipe` (Admin always: it now trains on RAdam) at every depth of the
+    preset (Admin at the deepest too, which the first converged comparison left out), the converged
+    rule and seeds, at the chosen recipe.  The old ``conv-<fam>-<n>`` records stay (the report marks
+    them superseded once the new system has every seed)."""
+    if not (p.converged_cap and p.sweep_updates):
+        return []
+    runs: List[Run] = []
+    for fam in SWEEP_FAMILIES:
+        rec = chosen_recipe(p, results or {}, fam)
+        if rec is None or rec == old_recipe(p):
+            continue
+        lr, warmup, opt = rec
+        for n in p.depths:
+            runs += seeded(retuned_name(fam, n), converged_seeds(seeds),
+                           model=model_flags(p, n, p.decoder_layers, *FAMILIES[fam]), updates=p.converged_cap,
+                           early_stop=True, patience=p.converged_patience, curve_every=p.curve_every, lr=lr,
+                           warmup=warmup, optimizer=opt)
+    return runs
+
+
+def superseded(p: Preset, results: Dict[str, dict]) -> Dict[str, str]:
+    """{old converged system: the reason} for every ``conv-<fam>-<n>`` whose retuned system has
+    finished every seed."""
+    out = {}
+    for r in retuned_runs(p, [1], results):
+        fam_n = r.system[len("retuned-"):]
+        done = [x for x in results.values() if x.get("system") == r.system and not x.get("diverged")]
+        if len(done) >= CONVERGED_SEEDS and f"conv-{fam_n}" not in out:
+            lr, w = r.lr, r.warmup
+            out[f"conv-{fam_n}"] = (f"superseded by {r.system}: trained at the post-norm default "
+                                    f"{old_recipe(p)[0]:g} / {old_recipe(p)[1]} (chosen on test), the sweep "
+                                    f"chose {lr:g} / {w} on {r.optimizer} (issue 77)")
+    return out
+
+
 def valid_interval(p: Preset) -> int:
     """Updates between two validations of an early-stopped run: fairseq-train validates at every
     checkpoint save (``save_every``), every ``--validate-interval-updates`` (``valid_every``) and at
@@ -419,6 +530,12 @@ def run_updates(p: Preset, name: str) -> int:
         return p.converged_cap
     if name.startswith("sweep-"):
         return p.sweep_updates
+    if name.startswith("diag-"):
+        return p.diag_updates
+    if name.startswith("retuned-"):
+        return p.converged_cap
+    if name.startswith("bigbatch-"):  # in micro-batches: each update is bigbatch_freq of them
+        return p.diag_updates * p.bigbatch_freq
     if name.startswith(("gpkd-teacher-", "ssl-stage1-")):
         return int(p.updates * p.stage1_factor)
     if name.startswith("ssl-stage2-"):
@@ -484,24 +601,22 @@ def outputs(preset: str, work_dir: Optional[str], records: Optional[str], report
 
 #: preset settings that only the runs added with them read (the converged comparison's): a work
 #: directory stamped before they existed holds none of those runs, so it takes them as they are now
-NEW_RUNS_ONLY = ("converged_cap", "converged_patience", "curve_every", "sweep_updates", "sweep_grid")
+NEW_RUNS_ONLY = ("converged_cap", "converged_patience", "curve_every", "sweep_updates", "sweep_grid",
+                 "diag_updates", "diag_every", "bigbatch_freq")
 
 
 def stamp_settings(d: Path, p: Preset, flag: str) -> None:
     """Refuse a directory of runs made with other settings (finished runs are reused by name), then
-    stamp it with these.  A setting added after the directory was made counts as its default, except
-    the settings of runs added with it (:data:`NEW_RUNS_ONLY`): a directory without them has none of
-    those runs."""
-    d.mkdir(parents=True, exist_ok=True)
-    stamp, settings = d / "preset.json", json.loads(json.dumps(dataclasses.asdict(p)))
-    defaults = {f.name: f.default for f in dataclasses.fields(Preset) if f.default is not dataclasses.MISSING}
-    old = json.loads(stamp.read_text()) if stamp.exists() else settings
-    old = {**{k: settings[k] for k in NEW_RUNS_ONLY if k not in old}, **old}
-    diff = {k: (old.get(k, defaults.get(k)), v) for k, v in settings.items() if old.get(k, defaults.get(k)) != v}
-    if diff:
-        raise SystemExit(f"{d} holds runs made with other settings {diff}: finished runs are reused by name, "
-                         f"so use another {flag}")
-    stamp.write_text(json.dumps(settings, indent=1) + "\n")
+    stamp it with these: the job runner's guard (``deepnmt_fairseq.jobs.runner.settings_guard``) on
+    ``preset.json``.  A setting added after the directory was made counts as its default, except the
+    settings of runs added with it (:data:`NEW_RUNS_ONLY`): a directory without them has none of those
+    runs, so they count as the current value."""
+    from deepnmt_fairseq.jobs.runner import settings_guard
+
+    settings = dataclasses.asdict(p)
+    absent = {f.name: f.default for f in dataclasses.fields(Preset) if f.default is not dataclasses.MISSING}
+    absent.update({k: settings[k] for k in NEW_RUNS_ONLY})
+    settings_guard(d, settings, name="preset.json", flag=flag, error=SystemExit, missing_as_default=absent)
 
 
 def record_path(records: Optional[Path], name: str) -> Optional[Path]:
@@ -554,7 +669,8 @@ def planned(p: Preset, seeds: Sequence[int], dd_depth: Optional[int] = None,
     dec = dd_depth or p.dd_depths[-1]
     names = [r.name for r in depth_runs(p, seeds) + dd_search_runs(p, seeds[0]) + dd_compare_runs(p, dec, seeds)
              + teacher_runs(p, seeds) + baseline(p, seeds) + [ssl_stage1(p)] + converged_runs(p, seeds, results)
-             + sweep_runs(p) + prenorm_check_runs(p, results)]
+             + sweep_runs(p) + prenorm_check_runs(p, results) + diag_runs(p)
+             + retuned_runs(p, seeds, results)]
     shape = model_flags(p, p.depths[0], p.decoder_layers)
     names += [r.name for r in matched_baseline(p, seeds)]
     names += [r.name for sys_ in (f"gpkd-student-{p.depths[0]}", f"skd-only-{p.depths[0]}", f"skd-only-{p.depths[0]}-matched",
@@ -583,6 +699,8 @@ def independent_runs(p: Preset, only: Sequence[str], seeds: Sequence[int]) -> Li
         runs += converged_runs(p, seeds)
     if "postnorm-sweep" in only:  # the pre-norm check at the post-norm column's point waits for the sweep
         runs += sweep_runs(p) + prenorm_check_runs(p, own_only=True)
+    if "postnorm-diag" in only:
+        runs += diag_runs(p)
     return runs
 
 

@@ -13,7 +13,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from fidelity_plan import (CONVERGED_SEEDS, DD_KINDS, FAMILIES, POST_NORM_FAMILIES, RECORDS, REPO, REPORTS, by_system,
                            converged_families, dd_choice, dd_depth, headline_pairs, partials, run_order, run_updates,
                            postnorm_point, prenorm_check_runs, stat, sweep_choice, sweep_depth, sweep_table,
-                           valid_interval)
+                           valid_interval, diag_runs, sweep_name, BIGBATCH, chosen_recipe, old_recipe,
+                           retuned_name, superseded, SWEEP_FAMILIES)
 from fidelity_stats import ALPHA, BOOTSTRAP_SAMPLES, SEED_SAMPLES, decode_stats, paired_bootstrap, seed_bootstrap
 
 FINDINGS = Path(__file__).with_name("fidelity_findings.md")
@@ -434,6 +435,8 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
 
     if p.sweep_updates:
         lines += sweep_section(p, results)
+    if p.diag_updates:
+        lines += diag_section(p, results)
 
     if made:
         changed = changed_calls(made)
@@ -505,6 +508,95 @@ def sweep_section(p, results: Dict[str, dict]) -> List[str]:
         v = None if res is None else (math.inf if res.get("diverged") else res.get("valid_nll"))
         out.append(f"| {r.system.rsplit('-', 1)[0].split('-', 3)[3]}-{mid} | {r.lr:g} / {r.warmup} | "
                    + ("…" if v is None else "diverged" if not math.isfinite(v) else f"{v:.3f}") + " |")
+    old = old_recipe(p)
+    out += ["", "The converged runs again (issue 77, part 3): each family whose chosen recipe differs from the one "
+            f"its converged runs used ({old[0]:g} / {old[1]} on Adam) is retrained at every depth "
+            f"({', '.join(map(str, p.depths))}; 6 and 12 layers at the 24-layer choice, no grid is run there) by the "
+            "converged rule with 3 seeds, as `retuned-<family>-<depth>`; the old records stay, marked superseded "
+            "once the new system has every seed.", "", "| family | recipe | converged runs |", "|---|---|---|"]
+    gone = superseded(p, results)
+    for fam in SWEEP_FAMILIES:
+        rec = chosen_recipe(p, results, fam)
+        if rec is None:
+            what, runs = "not chosen yet", "wait for the sweep"
+        elif rec == old:
+            what, runs = f"{rec[0]:g} / {rec[1]} on {rec[2]}", "unchanged: the old converged runs stand"
+        else:
+            what = f"{rec[0]:g} / {rec[1]} on {rec[2]}"
+            runs = "; ".join(f"{retuned_name(fam, n)}: " + ("done, supersedes conv-" + f"{fam}-{n}"
+                                                             if f"conv-{fam}-{n}" in gone else "planned")
+                             for n in p.depths)
+        out.append(f"| {fam} | {what} | {runs} |")
+    return out + [""]
+
+
+DIAG_AT = (100, 300, 1000)  # the updates the diagnostics table shows (the nearest logged point at or before)
+
+
+def _at(log: List[dict], update: int) -> Optional[dict]:
+    before = [e for e in log if e["update"] <= update]
+    return before[-1] if before else None
+
+
+def diag_section(p, results: Dict[str, dict]) -> List[str]:
+    """Section 5b: why a post-norm family fails (issue 77, part 4): DeepNet's and Admin's diagnostics
+    (the relative output change of encoder layers 1, N/2 and N on a fixed probe batch since the start,
+    ``--log-change-norms``) of the diagnostic runs, and Admin's large batch against its 2K-token sweep run."""
+    runs = diag_runs(p)
+    if not runs:
+        return []
+    n = sweep_depth(p)
+    layers = (1, n // 2, n)
+    head = [f"dF @{u}" for u in DIAG_AT]
+    out = ["### 5b. Why a post-norm family fails: early output and parameter change (issue 77, part 4)", "",
+           f"Each family at {n} encoder layers, seed 1, the first {p.diag_updates} updates at the study's old post-norm "
+           "point and at the sweep's 1e-3 / 1000, pre-norm at its own point as the working reference, with "
+           f"`--task deep_translation --log-change-norms --log-grad-norms-every {p.diag_every}`. dF is the relative "
+           "change ||h_i - h_i^0|| / ||h_i^0|| of encoder layer i's output on one fixed batch since update 0 "
+           "(DeepNet's \"model update\", Admin's \"output change\"; the reading is in "
+           "`deepnmt_fairseq/tasks/deep_translation.py`), shown for layers "
+           + " / ".join(map(str, layers)) + "; dW the same for the parameters of the top layer. "
+           "A post-norm stack that stalls is expected (DeepNet Sec. 3) to show a large early dF in its upper layers "
+           "followed by a plateau. `…`: not run yet.", "",
+           f"| run | valid NLL | train loss | " + " | ".join(head) + f" | dW L{n} @{DIAG_AT[-1]} |",
+           "|---" * (len(head) + 4) + "|"]
+    for r in runs:
+        if r.update_freq > 1:
+            continue
+        res = results.get(r.name)
+        if res is None:
+            out.append(f"| {r.system} | … | … | " + " | ".join("…" for _ in head) + " | … |")
+            continue
+        log = res.get("change_log") or []
+        cells = []
+        for u in DIAG_AT:
+            e = _at(log, u)
+            cells.append("—" if e is None or len(e["enc_dF"]) < n else
+                         " / ".join(f"{e['enc_dF'][i - 1]:.2g}" for i in layers))
+        e = _at(log, DIAG_AT[-1])
+        dw = "—" if e is None or len(e["enc_dW"]) < n else f"{e['enc_dW'][n - 1]:.2g}"
+        v = "diverged" if res.get("diverged") else f"{res.get('valid_nll', math.nan):.3f}"
+        out.append(f"| {r.system} | {v} | {res.get('final_train_loss', math.nan):.3f} | " + " | ".join(cells)
+                   + f" | {dw} |")
+    big = [r for r in runs if r.update_freq > 1]
+    if big:
+        r = big[0]
+        fam, lr, w = BIGBATCH
+        res, small = results.get(r.name), results.get(sweep_name(fam, n, lr, w))
+        marks = [u for u in range(p.diag_updates // 4, p.diag_updates + 1, p.diag_updates // 4)]
+
+        def curve(rec):
+            if rec is None:
+                return ["…"] * len(marks)
+            log = [(u, v) for u, v in rec.get("valid_log") or []]
+            return [next((f"{v:.2f}" for u, v in reversed(log) if u <= m), "—") for m in marks]
+
+        out += ["", f"Is the batch the cause? {fam} at {n} layers, {lr:g} / {w}, valid NLL (fairseq's, the training "
+                f"model) by update with {p.bigbatch_freq} x {p.max_tokens} tokens an update (`--update-freq "
+                f"{p.bigbatch_freq}`: Admin's 32K) against its sweep run at {p.max_tokens}:", "",
+                "| tokens an update | " + " | ".join(f"@{m}" for m in marks) + " |", "|---" * (len(marks) + 1) + "|",
+                f"| {p.bigbatch_freq * p.max_tokens} | " + " | ".join(curve(res)) + " |",
+                f"| {p.max_tokens} | " + " | ".join(curve(small)) + " |"]
     return out + [""]
 
 
@@ -598,7 +690,7 @@ def remaining_hours(p, missing: List[str], results: Dict[str, dict]) -> float:
     for n, r in results.items():
         steps = r.get("losses")[-1][0] if r.get("losses") else None
         machine = r.get("machine") or {}
-        if r.get("train_seconds") and steps and machine.get("device") != "cuda":
+        if r.get("train_seconds") and steps and machine.get("device") != "cuda" and not n.startswith("bigbatch-"):
             rate.setdefault(depth(n), []).append(r["train_seconds"] * _threads(machine) / steps)
     every = [x for xs in rate.values() for x in xs]
     if not every:

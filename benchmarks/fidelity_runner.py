@@ -28,7 +28,7 @@ from deepnmt_fairseq.jobs.stage import make_log
 from fidelity_launcher import Deadline, Launcher
 from fidelity_plan import (REPO, REPRODUCED, Preset, Run, close_systems, choose_dd_depth, converged_runs,
                            dd_compare_runs, dd_search_runs, finished, matched_updates, headline_pairs, independent_runs, model_flags, partial_path, record_path,
-                           prenorm_check_runs, seeded, ssl_stage1, teacher_run)
+                           prenorm_check_runs, retuned_runs, seeded, ssl_stage1, teacher_run)
 
 # --user-dir of every command: the installed package (the one lookup, deepnmt_fairseq/jobs/fairseq_argv.py)
 USER_DIR = user_dir()
@@ -131,7 +131,7 @@ class Study:
         warmup = p.postnorm_warmup if post and p.postnorm_warmup is not None else p.warmup
         lr, warmup = (r.lr if r.lr is not None else lr), (r.warmup if r.warmup is not None else warmup)
         cmd = fairseq_train(r.data or self.data, r.model, r.crit, [
-               "--task", "translation", "--optimizer", r.optimizer, "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
+               "--task", "deep_translation" if r.diagnostics else "translation", "--optimizer", r.optimizer, "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
                "--lr", str(lr), "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(warmup),
                "--max-tokens", str(p.max_tokens), "--max-update", str(updates), "--seed", str(r.seed),
                "--save-dir", str(save), "--save-interval-updates", str(p.save_every), "--keep-interval-updates", "3",
@@ -150,6 +150,10 @@ class Study:
                     "--best-checkpoint-metric", "loss"]
         elif not r.valid_log:  # a valid_log run validates at every checkpoint save, and never stops early
             cmd += ["--disable-validation"]
+        if r.diagnostics:  # DeepNet's and Admin's diagnostics (deepnmt_fairseq/tasks/deep_translation.py)
+            cmd += ["--log-change-norms", "--log-grad-norms-every", str(r.diagnostics)]
+        if r.update_freq > 1:
+            cmd += ["--update-freq", str(r.update_freq)]
         if r.curve_every:  # interval checkpoints at multiples of curve_every are not deleted
             cmd += ["--keep-interval-updates-pattern", str(r.curve_every)]
         if r.init is not None:
@@ -219,6 +223,8 @@ class Study:
             out["checkpoint"] = str(avg.relative_to(self.work))
         if r.valid_log:  # the valid NLL at every save: where a run leaves (or stays on) a plateau
             out["valid_log"] = (partial_record(save / "train.log") or {}).get("valid_log", [])
+        if r.diagnostics:
+            out["change_log"] = change_log(save / "train.log")
         if r.early_stop:
             out["best_update"] = self.updates_of(save / "checkpoint_best.pt")
             out["stopped_at"] = self.updates_of(save / "checkpoint_last.pt")
@@ -536,6 +542,29 @@ def partial_record(log_file: Path) -> Optional[dict]:
             "valid_log": [[u, round(v, 3)] for u, v in valid]}
 
 
+CHANGE_KEYS = ("enc_dF", "enc_dW", "enc_gnorm")
+
+
+def change_log(log_file: Path) -> List[dict]:
+    """The diagnostics of ``--log-change-norms``/``--log-grad-norms-every`` in a run's ``train.log``: one
+    entry per diagnostic update, ``{"update": steps taken, "enc_dF": [layer 1 ... N], "enc_dW": [...],
+    "enc_gnorm": [...]}`` (4 significant digits; the module docstring of deep_translation.py says what
+    each is)."""
+    from deepnmt_fairseq.analysis.logs import diagnostics, read_json_log
+
+    if not log_file.exists():
+        return []
+    xs, vals = diagnostics(read_json_log(str(log_file)), r"delta_update|(enc_dF|enc_dW|enc_gnorm)_\d+")
+    out = []
+    for k, x in enumerate(xs):
+        entry = {"update": int(vals["delta_update"][k]) if "delta_update" in vals else int(x) - 1}
+        for key in CHANGE_KEYS:
+            layers = sorted((n for n in vals if n.startswith(key + "_")), key=lambda n: int(n.rsplit("_", 1)[1]))
+            entry[key] = [float(f"{vals[n][k]:.4g}") for n in layers]
+        out.append(entry)
+    return out
+
+
 def _partial_updates(path: Optional[Path]) -> int:
     """The updates a partial record (:meth:`Study._keep_partial`) reached; 0 where there is none, or it
     cannot be read (then any new partial record may replace it)."""
@@ -621,6 +650,8 @@ def dependent_runs(study: Study, p: Preset, only: Sequence[str], seeds: Sequence
         runs += ssl_stage2_runs(study, p, seeds)
     if "postnorm-sweep" in only:  # the pre-norm check at the post-norm column's chosen point (issue 77, part 2)
         runs += [r for r in prenorm_check_runs(p, finished(study.work, study.records)) if study.result(r.name) is None]
+    if "converged" in only:  # the post-norm column's converged runs at the sweep's recipes (issue 77, part 3)
+        runs += [r for r in retuned_runs(p, seeds, finished(study.work, study.records)) if study.result(r.name) is None]
     if "converged" in only:  # the deepest depth's transparent variant: the better one at the middle depth
         runs += [r for r in converged_runs(p, seeds, finished(study.work, study.records))
                  if study.result(r.name) is None]

@@ -4,21 +4,26 @@
     python benchmarks/gpu_check.py                   # CUDA, real shapes, stops cleanly by --budget (510 s)
     python benchmarks/gpu_check.py --tiny --out DIR  # CPU, tiny shapes, every section's code path (CI)
 
-A GPU session runs, in one call with a timeout that leaves room for a rerun (own node):
+On your own GPU node, one call with a timeout that leaves room for a rerun:
 
     timeout 560 python benchmarks/gpu_check.py --budget 510
 
-or, on the workplace's lent machine (no network; benchmarks/gpu_check_lease.sh packs the wheels), one
-call carrying ``.whl`` with a 560-s timeout:
-
-    bash benchmarks/gpu_check_lease.sh setup && timeout 520 python3 benchmarks/gpu_check.py --budget 450 --out-root "$OUT"
+On the workplace's lent machine (64 MiB per call for checkout and carried paths, no network, no fairseq)
+the check runs as four prepared calls, each with its own sections, packs and timeout:
+``python benchmarks/gpu_check_lease.py calls`` prints them; benchmarks/results/gpu/README.md lists them.
 
 Records go to ``benchmarks/results/gpu/<date>-<gpu-name>/`` (``--out-root`` replaces
 ``benchmarks/results/gpu``, ``--out`` the whole folder):
 ``records.json`` (every measurement, every skip and its reason, the machine), ``command.txt`` (the
 exact command line) and ``table.md`` (the markdown table docs/benchmarks.md quotes).
 
-Sections, in this order (the budget guard skips what no longer fits and records it):
+A section the budget cut short (an item skipped for lack of time, a run killed at the budget) has the
+status ``cut (budget)`` and its cut items ``ok: null`` with ``cut: true``: never ``ok``.  The exit
+status is 1 when a check failed, else 3 when something was cut, else 0.
+
+Sections (described in their historical numbering; they run in the order of ``SECTIONS``: the deep rows'
+fp16/bf16 health first, then memory and speed, DDP, the invariants, DESDAR and CTranslate2 last; the
+budget guard skips what no longer fits and records it as cut):
 
 1. ``correctness``: for every variant of the invariant tests (tests/test_exactness.py's ``ALL``:
    the configuration matrix plus the extra mixes), in fp32 (TF32 off) on the device: incremental
@@ -76,7 +81,7 @@ for _p in (REPO / "tests", REPO / "benchmarks"):  # the invariant tests' and ben
         sys.path.insert(0, str(_p))
 USER_DIR = str(REPO / "deepnmt_fairseq")
 CORPUS = REPO / "data" / "libreoffice-help" / "en-de"
-SECTIONS = ("correctness", "throughput", "checkpointing", "desdar", "ct2", "ddp", "health")
+SECTIONS = ("health", "throughput", "checkpointing", "ddp", "correctness", "desdar", "ct2")
 DEFAULT_BUDGET = 510.0  # seconds: 9 minutes less a margin for start-up and writing
 
 
@@ -137,6 +142,13 @@ class Section:
 
     def skip(self, item, why):
         self.skipped.append({"item": item, "why": why})
+        if why == "budget":
+            self.cut()
+
+    def cut(self):
+        """The budget cut this section short: reported as cut, never as ok."""
+        if self.status == "ok":
+            self.status = "cut (budget)"
 
     def as_dict(self):
         return {"status": self.status, "seconds": round(self.seconds, 1), "rows": self.rows,
@@ -330,6 +342,7 @@ def section_checkpointing(sec, a, device, budget):
     pk_o, saved_o = peak_memory(without, p, device)
     t_w, t_o = speed.time_training([with_, without], p, device, a.warmup, a.repeat)
     ntok = p["bsz"] * p["tgt"]
+    # ---- the memory rows: a planner's prediction against these measurements goes here (one sec.row)
     if device.type == "cuda":
         sec.row("MSC-72", "peak MB of a training step, with vs without --checkpoint-activations", pk_w / 2**20,
                 pk_o / 2**20, pk_w / pk_o, target="<= 0.6", ok=timed(a, pk_w / pk_o <= 0.6))
@@ -570,18 +583,24 @@ def section_ddp(sec, a, device, budget, work):
         if p.poll() is None:
             p.kill()
             p.wait()
+            results.append((None, Path(lg).read_text(errors="replace")))  # killed at the budget: cut
+            continue
         results.append((p.returncode, Path(lg).read_text(errors="replace")))
     by = {}
     for (name, rank), res in zip(names, results):
         by.setdefault(name, {})[rank] = res
     for name, ranks in by.items():
+        if any(rc is None for rc, _log in ranks.values()):
+            sec.cut()
+            sec.row(name, "run", "killed at the budget", ok=None, cut=True)
+            continue
         failed = [r for r, (rc, _log) in ranks.items() if rc != 0]
         if failed:
             rc, log = ranks[failed[0]]
             sec.row(name, "run", f"rank {failed[0]} exit {rc}", ok=False, log_tail=log[-2000:])
     single = "plain one process --update-freq 2"
     for name, ranks in by.items():
-        if any(rc != 0 for rc, _ in ranks.values()) or runs[name][2] is None:
+        if any(rc != 0 for rc, _ in ranks.values()) or runs[name][2] is None:  # failed, cut or the reference
             continue
         stats = td._per_update(ranks[0][1])
         finite = len(stats) == updates and all(math.isfinite(float(s["loss"])) for s in stats.values())
@@ -696,11 +715,15 @@ def section_health(sec, a, device, budget, work):
             falling = len(losses) >= 2 and last < first
             reached = losses[-1][0] if losses else 0
             status = "killed at the budget" if rc is None else f"exit {rc}"
-            ok = finite and falling and rc in (0, None)
+            # a run killed at the budget proves nothing about the rest of its updates: cut, not ok
+            # (a NaN logged before the kill is still a failure)
+            ok = (False if losses and not finite else None) if rc is None else (finite and falling and rc == 0)
+            if rc is None:
+                sec.cut()
             sec.row(f"{n} {p}", f"loss first -> last logged (updates reached; {status})",
                     f"{first:.3f} -> {last:.3f}" if losses else "no loss logged", target="finite, falling",
                     ok=ok, row=row, updates=reached, overflows=overflows, finite=finite, falling=falling,
-                    returncode=rc, command=shlex.join(cmd[1:]),
+                    returncode=rc, cut=rc is None, command=shlex.join(cmd[1:]),
                     log_tail=None if ok else log[-2000:])
             sec.row(f"{n} {p}", "fp16 overflows (loss-scale reductions)" if p == "fp16" else "overflows (bf16: none "
                     "expected, no loss scaling)", overflows, target="- (counted)", row=row)
@@ -732,7 +755,7 @@ def table(report) -> str:
            "| section | item | measure | ours | reference | ratio | target | ok |", "|---|---|---|---|---|---|---|---|"]
     for name, s in report["sections"].items():
         if s["status"] != "ok":
-            bad = "**NO**" if s["status"] == "error" else "-"
+            bad = "**NO**" if s["status"] == "error" else ("cut" if s["status"].startswith("cut") else "-")
             out.append(f"| {name} | - | {s['status']} | {s.get('error') or ''} | - | - | - | {bad} |".replace("\n", " "))
         for r in s["rows"]:
             ratio = _fmt(r["ratio"])
@@ -741,7 +764,7 @@ def table(report) -> str:
                 ratio += f" (FLOP ratio {r['flop_ratio']:.2f}, efficiency {r['flop_efficiency']:.2f})"
             if r.get("flop_implied") is not None:
                 ratio += f" (FLOP-implied {r['flop_implied']:.2f})"
-            ok = "-" if r["ok"] is None else ("yes" if r["ok"] else "**NO**")
+            ok = ("cut" if r.get("cut") else "-") if r["ok"] is None else ("yes" if r["ok"] else "**NO**")
             out.append(f"| {name} | {r['item']} | {r['measure']} | {_fmt(r['ours'])} | {_fmt(r['reference'])} | "
                        f"{ratio} | {r['target']} | {ok} |")
         for sk in s["skipped"]:
@@ -806,7 +829,7 @@ def main(argv=None) -> int:
             if name not in a.sections:
                 sec.status = "not asked (--sections)"
             elif not budget.fits(a.reserve + 1):
-                sec.status = "skipped (budget)"
+                sec.status = "cut (budget)"
             else:
                 print(f"[gpu_check {budget.elapsed():5.0f}s] {name} ...", file=sys.stderr, flush=True)
                 try:
@@ -829,9 +852,11 @@ def main(argv=None) -> int:
     (out / "table.md").write_text(md)
     print(md)
     failed = [n for n, s in sections.items() if s["status"] == "error" or any(r["ok"] is False for r in s["rows"])]
+    cut = [n for n, s in sections.items() if s["status"].startswith("cut")]
     print(f"[gpu_check] {budget.elapsed():.0f} s; records in {out}; "
-          f"{'failed: ' + ', '.join(failed) if failed else 'no failed check'}", file=sys.stderr)
-    return 1 if failed else 0
+          f"{'failed: ' + ', '.join(failed) if failed else 'no failed check'}"
+          f"{'; cut by the budget: ' + ', '.join(cut) if cut else ''}", file=sys.stderr)
+    return 1 if failed else (3 if cut else 0)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 
 from deepnmt_deploy import QUANTIZATIONS
+from deepnmt_deploy.vmap import FREQUENT, MAX_PAIRS, PER_TOKEN
 
 from . import parser, run
 
@@ -39,6 +40,14 @@ def build_parser():
     p.add_argument("--aggressive-dash", action="store_true", default=None,
                    help="Moses aggressive dash splits were used")
     p.add_argument("--force", action="store_true", help="overwrite OUT_DIR")
+    v = p.add_argument_group("vocabulary shortlist (CTranslate2's vmap; docs/deployment.md)")
+    v.add_argument("--vmap", nargs="?", const="train", default=None, metavar="FILE",
+                   help="add a vocabulary shortlist: built from the training data (no FILE), or FILE "
+                        "(CTranslate2's vmap.txt format); deepnmt-translate uses it unless --no-vmap")
+    v.add_argument("--vmap-per-token", type=int, default=PER_TOKEN,
+                   help="target candidates per source token (the highest Dice coefficient)")
+    v.add_argument("--vmap-frequent", type=int, default=FREQUENT, help="most frequent target tokens, always allowed")
+    v.add_argument("--vmap-max-pairs", type=int, default=MAX_PAIRS, help="training pairs read")
     return p
 
 

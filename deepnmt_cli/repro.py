@@ -177,7 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--beam", type=int, help="override the paper's beam (results go to results-beamB-lenpenL.json)")
     ev.add_argument("--lenpen", type=float, help="override the paper's length penalty")
     ev.add_argument("--batch-size", type=int, help="fairseq-generate's --batch-size")
-    ev.add_argument("--cpu", action="store_true", default=None, help="decode on the CPU (default when no GPU)")
+    ev.add_argument("--cpu", action="store_true", default=None,
+                    help="decode on the CPU (default when no GPU is seen and none was asked for: a Slurm "
+                         "allocation with GPUs, DEEPNMT_REQUIRE_GPU=1 or --fp16 makes a missing GPU an error)")
+    ev.add_argument("--allow-unfinished", action="store_true",
+                    help="score the checkpoints even though the training stage has no .done marker yet "
+                         "(default: refused, so that an afterok job never scores a half-trained model)")
     ev.add_argument("--fp16", action="store_true", help="decode in half precision (GPU)")
     ev.add_argument("--remove-bpe", help="fairseq-generate --remove-bpe (default: sentencepiece for data "
                                           "prepared with --spm, else subword_nmt)")

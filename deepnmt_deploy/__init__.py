@@ -2,6 +2,7 @@
 torch or fairseq.
 
     deepnmt-translate --model OUT_DIR < raw.txt > translations.txt
+    deepnmt-serve --model OUT_DIR          # HTTP API with dynamic batching (serve.py)
 
 The export itself (``deepnmt_fairseq.deploy.export``) builds the fairseq model and needs torch
 and fairseq; translating needs only CTranslate2 (the ``deploy`` extra), sacremoses and

@@ -46,6 +46,7 @@ from typing import BinaryIO, Iterable, Iterator, List, Optional, TextIO, Union
 from . import METADATA, require_ctranslate2
 from .help_format import HelpFormatter
 from .text import TextPipeline, Tokenization
+from .vmap import VMAP_FILE
 
 logger = logging.getLogger("deepnmt_deploy")
 
@@ -85,11 +86,19 @@ def to_text(line: Union[str, bytes], line_no: Optional[int] = None) -> str:
 class DeployedModel:
     """An exported model: text pipeline + CTranslate2 translator."""
 
+    use_vmap: bool = False  # the vocabulary shortlist (set in __init__ from the export)
+
     def __init__(self, model_dir: str, device: str = "cpu", compute_type: str = "default",
-                 intra_threads: int = 1, inter_threads: int = 1):
+                 intra_threads: int = 1, inter_threads: int = 1, use_vmap: Optional[bool] = None):
         ct2 = require_ctranslate2()
         self.model_dir = str(model_dir)
         self.meta = read_metadata(model_dir)
+        # the vocabulary shortlist (deepnmt_deploy/vmap.py): on when the export has one, unless told off
+        has_vmap = (Path(model_dir) / VMAP_FILE).is_file()
+        if use_vmap and not has_vmap:
+            raise ValueError(f"{model_dir} has no vocabulary shortlist ({VMAP_FILE}): export it with "
+                             f"deepnmt-export-ct2 --vmap")
+        self.use_vmap = has_vmap if use_vmap is None else bool(use_vmap)
         self.pipeline = TextPipeline(Tokenization.from_dict(self.meta["tokenization"]), self.model_dir)
         # CTranslate2 appends </s> (add_source_eos): the tokens themselves get one position less
         self.max_source_tokens = int(self.meta["max_source_positions"]) - 1
@@ -109,7 +118,7 @@ class DeployedModel:
         limit = min(int(max_len_a * src_len + max_len), self.max_target_positions - 1)
         return dict(beam_size=beam, length_penalty=lenpen, max_decoding_length=limit,
                     min_decoding_length=1, max_batch_size=batch_size, batch_type=batch_type,
-                    max_input_length=0, return_scores=False)
+                    max_input_length=0, return_scores=False, use_vmap=self.use_vmap)
 
     def translate_tokens(self, sources: List[List[str]], first_line: Optional[int] = None,
                          **search) -> List[List[str]]:
@@ -249,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compute-type", default="default",
                    help="CTranslate2 compute type (default: the exported weights' type; e.g. int8, float16)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar when reading a file")
+    p.add_argument("--no-vmap", action="store_true",
+                   help="translate with the whole target vocabulary even where the export has a vocabulary "
+                        "shortlist (deepnmt-export-ct2 --vmap; used by default when present)")
     return p
 
 
@@ -257,7 +269,8 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        model = DeployedModel(a.model, a.device, a.compute_type, a.intra_threads, a.inter_threads)
+        model = DeployedModel(a.model, a.device, a.compute_type, a.intra_threads, a.inter_threads,
+                              use_vmap=False if a.no_vmap else None)
     except (FileNotFoundError, ValueError) as e:
         print(f"deepnmt-translate: error: {e}", file=sys.stderr)
         return 2

@@ -93,6 +93,16 @@ patches nothing itself: ``fairseq_fixes.install()``/``uninstall()`` apply and re
    1's averaged checkpoint counts its own patience) (tested: a run stopped
    and resumed stops at the update of the uninterrupted run, as ``fairseq-train`` and as
    ``python -m fairseq_cli.train``, where the module holding the state is ``__main__``).
+11. **SIGUSR1 saves before the job ends** (issue 82).  fairseq-train has no save-on-signal: a
+   cluster's notice before the time limit (Slurm ``--signal=B:USR1@600``) was lost work up to the
+   save interval.  ``fairseq_cli.train.validate_and_save`` is wrapped: its first call installs a
+   SIGUSR1 handler that sets a flag; after each update the ranks agree on the flag (one all-reduce of
+   one number when there are several) and, once it is set, every rank calls fairseq's
+   ``checkpoint_utils.save_checkpoint`` (``checkpoint_last.pt`` at that update; rank 0 writes) and
+   the process exits with :data:`USR1_EXIT` (75), never 0, so no runner marks the stage done.  A run
+   that reaches its end at that very update finishes normally.  Not covered: a signal before the
+   first update of a (re)started run (the default action ends it: nothing new to save), ``python -m
+   fairseq_cli.train`` (the running module is ``__main__``), ``--no-last-checkpoints``.
 
 The plugin keeps skipped sub-layers in the autograd graph (``graph_tie`` and
 ``BranchScaleMixin`` in ``models/deep_transformer.py``), so c10d DDP works without
@@ -635,4 +645,59 @@ def _restore_early_stopping(load_checkpoint):
         return extra_state, epoch_itr
 
     wrapper.__wrapped__ = load_checkpoint
+    return wrapper
+
+
+# --------------------------------------------------------------------------- 11. save on SIGUSR1
+USR1_EXIT = 75  # EX_TEMPFAIL: stopped on request after saving checkpoint_last.pt; run it again to resume
+_USR1: Dict[str, bool] = {"installed": False, "flag": False}
+
+
+def _on_usr1(signum, frame) -> None:
+    _USR1["flag"] = True
+
+
+def install_usr1_handler() -> bool:
+    """SIGUSR1 sets the save-and-stop flag (main thread only; once per process)."""
+    import signal
+
+    if _USR1["installed"]:
+        return True
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    signal.signal(signal.SIGUSR1, _on_usr1)
+    _USR1["installed"] = True
+    return True
+
+
+def usr1_agreed(trainer) -> bool:
+    """Whether any rank got SIGUSR1 (every rank calls this at the same update)."""
+    flag = 1.0 if _USR1["flag"] else 0.0
+    if getattr(trainer, "data_parallel_world_size", 1) > 1:
+        from fairseq.distributed import utils as distributed_utils
+
+        t = torch.tensor([flag], dtype=torch.float32, device=trainer.device)
+        flag = float(distributed_utils.all_reduce(t, group=trainer.data_parallel_process_group).item())
+    return flag > 0
+
+
+def _save_on_usr1(validate_and_save):
+    """Wrap ``fairseq_cli.train.validate_and_save`` (fix 11 of the module docstring)."""
+
+    @functools.wraps(validate_and_save)
+    def wrapper(cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch):
+        install_usr1_handler()
+        valid_losses, should_stop = validate_and_save(cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch)
+        stop = usr1_agreed(trainer)  # every rank, every update: the collective stays in step
+        if not stop or should_stop:
+            return valid_losses, should_stop
+        from fairseq import checkpoint_utils
+
+        updates = trainer.get_num_updates()
+        logger.warning(f"SIGUSR1: saving checkpoint_last.pt at update {updates}, then stopping (exit {USR1_EXIT}); "
+                       "run the same command again (or let the requeued job run) to resume from it")
+        checkpoint_utils.save_checkpoint(cfg.checkpoint, trainer, epoch_itr, valid_losses[0])
+        raise SystemExit(USR1_EXIT)
+
+    wrapper.__wrapped__ = validate_and_save
     return wrapper

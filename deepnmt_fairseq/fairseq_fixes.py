@@ -183,6 +183,11 @@ FIXES: Tuple[Fix, ...] = (
         "count in the same process is kept when a new run starts)",
         "tests/test_fairseq_fixes.py::test_a_resumed_run_stops_early_where_the_uninterrupted_run_stops",
         _bf._restore_early_stopping),
+    Fix("save_on_usr1", "fairseq_cli.train", "validate_and_save", "behaviour",
+        "fairseq-train has no save on a signal: a cluster's SIGUSR1 notice before the time limit is lost work "
+        "back to the last save (up to the save interval)",
+        "tests/test_cluster_ops.py::test_sigusr1_saves_at_the_next_update_and_exits_75",
+        _bf._save_on_usr1),
 )
 
 _BY_NAME: Dict[str, Fix] = {fix.name: fix for fix in FIXES}
@@ -254,9 +259,26 @@ def wanted(behaviour: Optional[bool] = None) -> Tuple[Fix, ...]:
 
 
 # --------------------------------------------------------------------------- resolution
+def _import_quietly(module: str):
+    """Import ``module`` without letting it configure the process's logging (``fairseq_cli.train``
+    calls ``logging.basicConfig`` at import: in a process that is not fairseq-train that would turn
+    on fairseq's INFO lines on stdout)."""
+    import sys
+
+    if module in sys.modules:
+        return sys.modules[module]
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        return importlib.import_module(module)
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
 def resolve(fix: Fix) -> Tuple[Any, str]:
     """(owner object, attribute name) of an attribute row; imports the module."""
-    owner = importlib.import_module(fix.module)
+    owner = _import_quietly(fix.module)
     *path, attr = fix.attribute.split(".")
     for part in path:
         owner = getattr(owner, part)

@@ -41,6 +41,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Dict, Optional
 
 from deepnmt_data import small_corpus
 
@@ -241,25 +242,55 @@ def deploy_line(rep: dict) -> str:
             f"({t['batched']['tokens_per_s']:.0f} / {t['single']['tokens_per_s']:.0f} tok/s){loaded}")
 
 
-#: measured quickstart times with the default options on 2 cores, by torch's CPU kernels (minutes,
-#: environment already set up): AVX-512, idle, benchmarks/results/distill-step7/quickstart-idle/
-#: (14 min 56 s); AVX2, a fresh clone, 43 min 19 s with about 5 minutes of set-up (issue 72).
-MEASURED_MINUTES = {"AVX512": 15, "AVX2": 38}
+#: the committed record of measured quickstart times (package data): one entry per CPU kind, with the
+#: version of the quickstart it timed; a complete run writes its own entry (:func:`write_time_record`)
+TIMES = Path(__file__).with_name("quickstart_times.json")
+
+
+def measured_times() -> Dict[str, dict]:
+    """{kernels: the record's entry} from :data:`TIMES`."""
+    runs = json.loads(TIMES.read_text())["runs"]
+    return {r["kernels"]: r for r in runs}
+
+
+def _minutes(run: dict) -> int:
+    return round((run["seconds"] - run.get("setup_seconds", 0)) / 60)
 
 
 def estimate(a, kernels: str, cores: int) -> str:
     """The line the quickstart prints before it starts: its expected time on this machine, from the
-    measured times of :data:`MEASURED_MINUTES` (the same CPU kind; another kind reads as the slower
-    AVX2 one), scaled by the cores (the runs use every core; 2 were measured) and by the training
-    pairs and updates asked for; and the options that make it shorter."""
-    base = MEASURED_MINUTES.get(kernels, MEASURED_MINUTES["AVX2"])
+    measured times of :data:`TIMES` (the same CPU kind; another kind reads as the slower AVX2 one),
+    scaled by the cores (the runs use every core; 2 were measured) and by the training pairs and
+    updates asked for; and the options that make it shorter.  The line says which version of the
+    quickstart the record timed."""
+    times = measured_times()
+    ref = times.get(kernels, times["AVX2"])
+    base = _minutes(ref)
     share = min(a.train_pairs or 18000, 18000) / 18000  # SKD and the step-7 report scale with the data
     minutes = base * (2 / max(1, min(cores, 8))) * (a.max_update / 800) * (0.55 + 0.45 * share)
     if a.deploy == "off":
         minutes *= 0.35  # steps 1-6 only: about a third of the default run (quickstart-timing.txt)
+    measured = ", ".join(f"{_minutes(r)} min {k.replace('512', '-512')}" for k, r in sorted(times.items(), reverse=True))
     return (f"estimated time on this machine ({kernels} kernels, {cores} cores): about {max(1, round(minutes))} min "
-            f"(measured with the defaults on 2 cores: {MEASURED_MINUTES['AVX512']} min AVX-512, "
-            f"{MEASURED_MINUTES['AVX2']} min AVX2); shorter: --train-pairs 3000, --deploy off")
+            f"(measured with the defaults on 2 cores: {measured}, {ref['date']}, {ref['quickstart']}); "
+            f"shorter: --train-pairs 3000, --deploy off")
+
+
+def write_time_record(work: Path, a, seconds: float, complete: bool) -> Optional[Path]:
+    """After a run that did every step from an empty work directory (``complete``): its time, machine
+    and options as an entry of :data:`TIMES`'s format, in ``WORK/quickstart-time.json``."""
+    if not complete:
+        return None
+    from .machine import cores, cpu_kernels, cpu_model
+
+    entry = {"kernels": cpu_kernels(), "cpu": cpu_model(), "date": time.strftime("%Y-%m-%d"),
+             "seconds": round(seconds), "cores": cores(), "setup_seconds": 0,
+             "options": {"train_pairs": a.train_pairs, "max_update": a.max_update, "deploy": a.deploy},
+             "quickstart": "this version (deepnmt-distill step 7 with its settings search)",
+             "source": f"{work}/quickstart-time.json"}
+    path = work / "quickstart-time.json"
+    path.write_text(json.dumps(entry, indent=1) + "\n")
+    return path
 
 
 def main(argv=None) -> int:
@@ -310,6 +341,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     t0 = time.time()
     work = Path(a.work_dir).resolve()
+    fresh = not work.exists() or not any(work.iterdir())  # every step runs: this run's time is a measurement
     work.mkdir(parents=True, exist_ok=True)
     # --deploy adds a step and changes no result: not part of the settings a work dir is tied to
     # nor do step 7's own options: deepnmt-distill ties WORK/distill to its settings itself
@@ -341,6 +373,9 @@ def main(argv=None) -> int:
     elif a.deploy == "auto":
         print("step 7 (CTranslate2 export) skipped: pip install '.[deploy]' to run it")
     print(f"results:      {work / 'eval' / 'results.json'}  ({time.time() - t0:.0f} s this run)")
+    timed = write_time_record(work, a, time.time() - t0, fresh)
+    if timed is not None:
+        print(f"time record:  {timed}  (the estimate's source is deepnmt_fairseq/quickstart_times.json)")
     return 0
 
 

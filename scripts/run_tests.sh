@@ -27,7 +27,8 @@ PARALLEL=()
 if (( WORKERS > 1 )) && python -c "import xdist" 2>/dev/null; then
   PARALLEL=(-n "$WORKERS" --dist loadfile)
 fi
-python -m pytest -q -p no:cacheprovider --durations=15 "${PARALLEL[@]}" "$@"
+# -rs: every skipped test is listed with its reason (e.g. the browser test where Chromium is missing)
+python -m pytest -q -p no:cacheprovider -rs --durations=15 "${PARALLEL[@]}" "$@"
 rc=$?
 echo "[tests] pytest exit code $rc after $(( $(date +%s) - start )) s" >&2
 if [[ $rc -eq 5 ]]; then

@@ -2,7 +2,7 @@
 # Multi-GPU / multi-node training with torchrun's rendezvous and fairseq's own distributed
 # engine (one process per GPU).
 #
-# On every node (same command, same RDZV_ID):
+# On every node (same command, same RDZV_ID: one id per run, required with NNODES > 1):
 #   NNODES=2 NPROC_PER_NODE=8 RDZV_HOST=node0 RDZV_PORT=29400 RDZV_ID=job42 \
 #     bash scripts/torchrun_example.sh NAME [train.sh options] [-- fairseq-train flags]
 # One node: NNODES=1 (the default) and RDZV_HOST=localhost (the default).
@@ -28,8 +28,19 @@ if [[ -z "${NPROC_PER_NODE:-}" ]]; then
   NPROC_PER_NODE=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
   [[ "$NPROC_PER_NODE" -gt 0 ]] || NPROC_PER_NODE=1
 fi
+# the rendezvous id: the same on every node of one run, another for every run (a shared id lets a new
+# run join the remains of an old one): several nodes must give RDZV_ID (or run under Slurm); one node
+# gets its own
+if [[ -z "${RDZV_ID:-}" ]]; then
+  if [[ -n "${SLURM_JOB_ID:-}" ]]; then RDZV_ID="deepnmt-slurm-$SLURM_JOB_ID"
+  elif [[ "${NNODES:-1}" != 1 ]]; then
+    echo "[torchrun_example] NNODES=$NNODES: set RDZV_ID to one id for this run, the same on every node" >&2
+    exit 2
+  else RDZV_ID="deepnmt-$(hostname)-$$-$(date +%s%N)"
+  fi
+fi
 TORCHRUN=${TORCHRUN:-torchrun}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 exec "$TORCHRUN" --nnodes "${NNODES:-1}" --nproc-per-node "$NPROC_PER_NODE" \
-  --rdzv-backend c10d --rdzv-endpoint "${RDZV_HOST:-localhost}:${RDZV_PORT:-29400}" --rdzv-id "${RDZV_ID:-deepnmt}" \
+  --rdzv-backend c10d --rdzv-endpoint "${RDZV_HOST:-localhost}:${RDZV_PORT:-29400}" --rdzv-id "$RDZV_ID" \
   --no-python bash "$HERE/train.sh" "$NAME" --launcher torchrun "$@"

@@ -209,6 +209,76 @@ def test_gate_stats_equal_the_gates_of_the_forward_pass():
     assert not any(f.record_gate for f in fusions.values())
 
 
+def _direct_changes(model, ref_params, probe, ref_outputs):
+    """||W - W_0||/||W_0|| per layer and ||h_i - h_i^0||/||h_i^0|| over non-pad positions, computed here
+    from the encoder's own return_all_hiddens in eval mode (not the task's hooks)."""
+    def vec(layer):
+        return torch.cat([p.detach().reshape(-1) for p in layer.parameters()])
+
+    dw = {}
+    for side, key in (("encoder", "enc"), ("decoder", "dec")):
+        for i, (layer, w0) in enumerate(zip(getattr(model, side).layers, ref_params[side])):
+            dw[f"{key}_dW_{i + 1}"] = float((vec(layer) - w0).norm() / w0.norm())
+    outs = _hiddens(model, probe)
+    df = {f"enc_dF_{i + 1}": float((h - h0).norm() / h0.norm()) for i, (h, h0) in enumerate(zip(outs, ref_outputs))}
+    return dw, df
+
+
+def _hiddens(model, probe):
+    was = model.training
+    model.eval()
+    with torch.no_grad():
+        ni = probe["net_input"]
+        states = model.encoder(ni["src_tokens"], src_lengths=ni["src_lengths"], return_all_hiddens=True)
+        keep = ni["src_tokens"].ne(model.encoder.dictionary.pad()).t().unsqueeze(-1).float()
+        outs = [h * keep for h in states["encoder_states"][1:]]
+    model.train(was)
+    return outs
+
+
+def test_change_norms_equal_a_direct_computation_after_real_optimizer_steps():
+    """--log-change-norms (DeepNet Sec. 3, Admin Sec. 4): the reference is taken on the first diagnostic
+    update, the probe batch stays fixed, and the logged changes after optimizer steps equal ||W - W_0|| /
+    ||W_0|| and the encoder layers' output change on the probe, computed independently; no random number
+    is drawn by the probe (training under the flag equals training without it)."""
+    extra = ["--encoder-layers", 3, "--decoder-layers", 2, *tiny_model_flags()]
+    samples = [make_sample(build_model(extra=extra, seed=9), 20 + k, bsz=2 + k % 2) for k in range(4)]
+    assert samples[0]["net_input"]["src_tokens"].eq(1).any()  # a left-padded probe sentence: masking matters
+
+    def train(flags, n=4):
+        model = build_model(extra=extra, seed=9)  # dropout on: the probe must not consume its random numbers
+        task = make_task(model, **flags)
+        crit = make_criterion(task)
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        ref_params = {side: [torch.cat([p.detach().reshape(-1) for p in l.parameters()]).clone()
+                             for l in getattr(model, side).layers] for side in ("encoder", "decoder")}
+        ref_outputs = _hiddens(model, samples[0])
+        logs = []
+        torch.manual_seed(3)
+        for u in range(n):
+            logs.append(run_update(task, model, crit, [samples[u]], update_num=u))
+            opt.step()
+        return model, logs, ref_params, ref_outputs
+
+    model, logs, ref_params, ref_outputs = train({"log_diagnostics_every": 2, "log_change_norms": True})
+    assert logs[0]["delta_ref"] == 0 and logs[0]["delta_update"] == 0
+    assert all(logs[0][f"enc_dW_{i}"] == 0 and logs[0][f"enc_dF_{i}"] == 0 for i in (1, 2, 3))
+    assert not any(k.startswith("enc_dW") for k in logs[2])  # update 3 is not due (every 2: 1, 2, 4)
+    # the values logged at update 4 (after 3 steps) against a direct computation after 3 steps
+    replay, _, _, _ = train({}, n=3)  # the model after 3 steps, trained again without the flag
+    dw, df = _direct_changes(replay, ref_params, samples[0], ref_outputs)
+    assert logs[3]["delta_update"] == 3
+    for k, v in {**dw, **df}.items():
+        assert v > 1e-4, k  # the steps moved every layer
+        assert logs[3][k] == pytest.approx(v, rel=1e-4), k
+    assert set(k for k in logs[3] if k.startswith("dec_dW_")) == {"dec_dW_1", "dec_dW_2"}
+    assert model.training and all(m.training for m in model.modules())  # train mode restored
+    # the flag changes nothing in training itself (same parameters after the same updates)
+    plain, _, _, _ = train({})
+    for a, b in zip(model.parameters(), plain.parameters()):
+        assert torch.equal(a, b)
+
+
 def test_diagnostics_that_do_not_apply_fail_clearly():
     top = build_model(extra=["--encoder-layers", 2, "--decoder-layers", 1, *tiny_model_flags()])
     with pytest.raises(ValueError, match=r"--log-mixing-weights.*--deep-memory top"):
@@ -223,6 +293,8 @@ def test_diagnostics_that_do_not_apply_fail_clearly():
         make_task(top, log_grad_ratio=True)
     with pytest.raises(ValueError, match=r">= 0"):
         make_task(top, log_grad_norms_every=-1)
+    with pytest.raises(ValueError, match=r"--log-change-norms needs an interval"):
+        make_task(top, log_change_norms=True)
 
 
 # ------------------------------------------------------------------ fairseq-free helpers

@@ -634,7 +634,9 @@ def test_translate_runs_without_torch_or_fairseq(checkpoints, tmp_path):
 
 
 # ---------------------------------------------------------------- the serving distribution
-SERVING_DEPENDENCIES = {"ctranslate2", "sacremoses", "subword-nmt", "sentencepiece"}
+TOKENIZERS = {"sacremoses", "subword-nmt", "sentencepiece"}
+# CTranslate2 and deepnmt-serve's framework, server and metrics: the training distribution's [deploy] extra
+SERVING_DEPENDENCIES = {"ctranslate2", "starlette", "uvicorn", "prometheus-client", *TOKENIZERS}
 TRAINING_STACK = {"torch", "fairseq", "ve-fairseq", "fairseq-fixed", "deepnmt-fairseq", "hydra-core", "omegaconf"}
 
 
@@ -648,11 +650,12 @@ def _venv_env():
 @needs_ct2
 @pytest.mark.slow
 def test_serving_distribution_installs_and_translates_without_torch(checkpoints, tmp_path):
-    """deploy-dist/ builds the wheel deepnmt-deploy, whose dependencies are CTranslate2 and the
-    tokenizers only (CTranslate2 pinned as the training distribution's [deploy] extra pins it);
-    installed into a fresh virtual environment (no torch, no fairseq; its dependencies rebuilt
-    from this environment's files, so no network), its deepnmt-translate translates an exported
-    model as this process does."""
+    """deploy-dist/ builds the wheel deepnmt-deploy, whose dependencies are CTranslate2, the
+    server's (Starlette, uvicorn, prometheus-client) and the tokenizers only (the first ones as the
+    training distribution's [deploy] extra lists them); installed into a fresh virtual environment
+    (no torch, no fairseq; its dependencies rebuilt from this environment's files, so no network),
+    its deepnmt-translate translates an exported model as this process does, and its deepnmt-serve
+    serves it (health, one request, SIGTERM -> exit 0)."""
     import shutil
     import subprocess
     import sys
@@ -685,11 +688,12 @@ def test_serving_distribution_installs_and_translates_without_torch(checkpoints,
         entry_points = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
     assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"deepnmt_deploy"}
     assert "deepnmt-translate = deepnmt_deploy.translate:main" in entry_points
+    assert "deepnmt-serve = deepnmt_deploy.serve:main" in entry_points
     requires = [line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Requires-Dist:")]
     assert {canonicalize_name(Requirement(r).name) for r in requires} == SERVING_DEPENDENCIES, requires
     training = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     pins = {str(Requirement(r)) for r in training["optional-dependencies"]["deploy"]}
-    assert {str(Requirement(r)) for r in requires if Requirement(r).name == "ctranslate2"} == pins
+    assert {str(Requirement(r)) for r in requires if canonicalize_name(Requirement(r).name) not in TOKENIZERS} == pins
 
     # a fresh environment: the wheel and what its metadata asks for, nothing from here
     deps = wheels_of_installed(requires, wheels)
@@ -718,3 +722,103 @@ def test_serving_distribution_installs_and_translates_without_torch(checkpoints,
     assert res.returncode == 0, res.stderr[-3000:]
     got = (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()
     assert got == list(DeployedModel(out).translate_lines(lines, beam=2)) and got[0] and not got[1]
+
+    # deepnmt-serve from the fresh environment
+    import signal
+
+    import httpx
+    from serve_load import free_port, wait_ready
+
+    port = free_port()
+    server = subprocess.Popen([str(env_dir / "bin" / "deepnmt-serve"), "--model", out, "--port", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_venv_env(), cwd=tmp_path)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", server, timeout=60)
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/translate", json={"text": lines, "beam": 2}, timeout=60)
+        assert r.status_code == 200 and r.json()["translations"] == got
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(30) == 0, server.stderr.read()[-3000:]
+    finally:
+        if server.poll() is None:
+            server.kill()
+
+
+# ---------------------------------------------------------------- the vocabulary shortlist (issue 78)
+def test_vmap_shortlist_ranks_by_dice_and_lists_the_frequent_always():
+    """deepnmt_fairseq.deploy.vmap.shortlist: per source token the targets with the highest Dice
+    coefficient 2c(s,t)/(c(s)+c(t)) over pairs (types counted once a pair), the most frequent targets
+    on the always line, specials never listed."""
+    from deepnmt_fairseq.deploy.vmap import shortlist
+
+    src_words = ["<s>", "<pad>", "</s>", "<unk>", "a", "b", "c"]
+    tgt_words = ["<s>", "<pad>", "</s>", "<unk>", "X", "Y", "Z", "the"]
+    # a -> X (3 of 3), b -> Y, c -> Z; "the" in every pair (most frequent, Dice below the aligned one)
+    pairs = [([4, 4, 2], [4, 7, 2]), ([4, 5, 2], [4, 5, 7, 2]), ([4, 2], [4, 7, 2]), ([5, 2], [5, 7, 2]),
+             ([6, 2], [6, 7, 2])]
+    lines = shortlist(pairs, src_words, tgt_words, skip_src=range(4), skip_tgt=range(4), per_token=1, frequent=1)
+    assert lines[0] == "\tthe"
+    assert dict(line.split("\t") for line in lines[1:]) == {"a": "X", "b": "Y", "c": "Z"}
+    two = dict(line.split("\t") for line in shortlist(pairs, src_words, tgt_words, range(4), range(4), 2, 0)[1:])
+    # c(a,X)=3, c(a)=3, c(X)=3: 1.0; c(a,the)=3, c(the)=5: 0.75; c(a,Y)=1: 2/5
+    assert two["a"] == "X the" and two["b"] == "Y the"
+    with pytest.raises(ValueError, match="--vmap-per-token"):
+        shortlist(pairs, src_words, tgt_words, per_token=0)
+
+
+@needs_ct2
+def test_vmap_export_is_used_by_default_switched_off_by_flag_and_its_losses_are_counted(checkpoints, corpus,
+                                                                                         tmp_path):
+    """Export with --vmap builds the shortlist from the training data and registers it; translation
+    uses it by default (every token of a shortlisted hypothesis is a candidate of its source), --no-vmap
+    translates as the export without it; where the full model's greedy hypothesis loses no token to the
+    shortlist, the shortlisted greedy hypothesis is the same; a map that drops candidates is counted
+    (lost_tokens) and changes exactly the lines that lose tokens."""
+    from deepnmt_deploy.translate import DeployedModel, main
+    from deepnmt_deploy.vmap import VMAP_FILE, VocabularyMap, lost_tokens
+
+    ckpt = checkpoints("prenorm")
+    plain, _ = _export(ckpt, tmp_path / "plain")
+    out, meta = _export(ckpt, tmp_path / "vmap", vmap="train", vmap_options={"per_token": 3, "frequent": 2})
+    vm = VocabularyMap.read(Path(out) / VMAP_FILE)
+    assert meta["vmap"]["entries"] == len(vm.rules) > 0 and meta["vmap"]["pairs"] == 120
+    assert all(len(c) <= 3 for c in vm.rules.values()) and len(vm.always) == 2 + 3  # + <unk> <s> </s>
+    assert DeployedModel(out).use_vmap and not DeployedModel(out, use_vmap=False).use_vmap
+    with pytest.raises(ValueError, match="--vmap"):
+        DeployedModel(plain, use_vmap=True)
+
+    lines = (corpus.parent / "raw" / "test.src").read_text().splitlines()
+    full, short = DeployedModel(plain), DeployedModel(out)
+    sources = [full.encode(x) for x in lines]
+    # one sentence a batch: CTranslate2 allows the union of the candidates of a batch's sources, so
+    # per-sentence candidates are exact only at batch size 1 (the strictest case, lost_tokens' measure)
+    greedy = dict(beam=1, max_len=23, batch_size=1)
+    hyp_full = full.translate_tokens(sources, **greedy)
+    hyp_short = short.translate_tokens(sources, **greedy)
+    lost, total, lossy = lost_tokens(vm, sources, hyp_full)
+    assert total > 0
+    for i, (s, h) in enumerate(zip(sources, hyp_short)):
+        assert set(h) <= vm.candidates(s), i
+        if i not in lossy:
+            assert h == hyp_full[i], i
+
+    # a map that keeps the candidates of half the source tokens only: the lines that lose a token differ
+    half = tmp_path / "half.txt"
+    keep = sorted(vm.rules)[::2]
+    half.write_text("\t" + " ".join(sorted(vm.always - {"<unk>", "<s>", "</s>"})) + "\n"
+                    + "".join(f"{k}\t{' '.join(sorted(vm.rules[k]))}\n" for k in keep), encoding="utf-8")
+    cut, _ = _export(ckpt, tmp_path / "cut", vmap=str(half))
+    vm_cut = VocabularyMap.read(Path(cut) / VMAP_FILE)
+    hyp_cut = DeployedModel(cut).translate_tokens(sources, **greedy)
+    lost_cut, _, lossy_cut = lost_tokens(vm_cut, sources, hyp_full)
+    assert lost_cut > lost and lossy_cut
+    assert all(hyp_cut[i] != hyp_full[i] for i in lossy_cut)
+    assert all(set(h) <= vm_cut.candidates(s) for s, h in zip(sources, hyp_cut))
+
+    # the command line: --no-vmap gives the plain export's translations
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for model, flags, name in ((plain, [], "a.txt"), (cut, ["--no-vmap"], "b.txt"), (cut, [], "c.txt")):
+        assert main(["--model", model, "--input", str(src), "--output", str(tmp_path / name), "--beam", "1",
+                     "--max-len", "23", "--batch-size", "1", "--no-progress", *flags]) == 0
+    assert (tmp_path / "a.txt").read_text() == (tmp_path / "b.txt").read_text()
+    assert (tmp_path / "a.txt").read_text() != (tmp_path / "c.txt").read_text()

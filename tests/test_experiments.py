@@ -457,6 +457,7 @@ def test_evaluate_mean_over_checkpoints_and_results_file(tmp_path):
     (ck / name).mkdir(parents=True)
     for u, hs in hyps.items():
         (ck / name / f"checkpoint_1_{u}.pt").write_bytes(b"x")
+    (ck / name / ".done").write_text("")  # training finished (issue 82: evaluation requires it)
     time.sleep(0.05)
     for u, hs in hyps.items():
         lines = [f"H-{i}\t-0.1\t{h}" for i, h in reversed(list(enumerate(hs)))]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SECTIONS = ("correctness", "throughput", "checkpointing", "desdar", "ct2", "ddp", "health")
+SECTIONS = ("health", "throughput", "checkpointing", "ddp", "correctness", "desdar", "ct2")
 
 
 def _run(out: Path, *args, timeout=600):
@@ -76,13 +76,14 @@ def test_tiny_mode_runs_every_section_and_writes_records_command_and_table(tmp_p
     assert "**NO**" not in table
 
 
-def test_budget_guard_skips_sections_cleanly_and_records_them(tmp_path):
+def test_budget_guard_skips_sections_cleanly_and_records_them_as_cut(tmp_path):
     res = _run(tmp_path / "out", "--budget", "0.5", timeout=300)
-    assert res.returncode == 0, res.stderr[-4000:]
+    assert res.returncode == 3, res.stderr[-4000:]  # cut, not ok (and not a failed check)
     rec = json.loads((tmp_path / "out" / "records.json").read_text())
-    assert all(s["status"] == "skipped (budget)" and not s["rows"] for s in rec["sections"].values())
+    assert all(s["status"] == "cut (budget)" and not s["rows"] for s in rec["sections"].values())
     table = (tmp_path / "out" / "table.md").read_text()
-    assert table.count("skipped (budget)") == len(SECTIONS)
+    assert table.count("cut (budget)") == len(SECTIONS)
+    assert "cut by the budget: " + ", ".join(SECTIONS) in res.stderr
 
 
 def test_a_failed_check_is_a_failing_exit_and_a_NO_in_the_table(tmp_path, monkeypatch):
@@ -102,7 +103,7 @@ def test_a_failed_check_is_a_failing_exit_and_a_NO_in_the_table(tmp_path, monkey
 
 
 def test_runs_where_pytest_is_not_installed(tmp_path):
-    """The lent GPU machine has no pytest (benchmarks/gpu_check_lease.sh does not carry it): the
+    """The lent GPU machine has no pytest (benchmarks/gpu_check_lease.py does not carry it): the
     variant tables are read from the test modules through a stand-in for pytest's decorators."""
     code = ("import runpy, sys; sys.modules['pytest'] = None; "
             f"sys.argv = ['gpu_check.py', '--tiny', '--out', {str(tmp_path / 'out')!r}, '--sections', 'correctness'];"
@@ -113,3 +114,96 @@ def test_runs_where_pytest_is_not_installed(tmp_path):
     rec = json.loads((tmp_path / "out" / "records.json").read_text())
     assert rec["sections"]["correctness"]["status"] == "ok", rec["sections"]["correctness"]
     assert len(rec["sections"]["correctness"]["rows"]) > 40
+
+
+def test_a_health_run_killed_at_the_budget_is_cut_never_ok(tmp_path, monkeypatch):
+    """Issue 82: a fairseq-train run still going when the budget ends (its loss finite and falling so
+    far) is reported as cut, the section as cut; a NaN logged before the kill stays a failure."""
+    import gpu_check
+
+    falling = "".join(f'train_inner | {{"num_updates": "{u}", "loss": "{9 - u}"}}\n' for u in range(1, 6))
+    nan = 'train_inner | {"num_updates": "1", "loss": "nan"}\n'
+    logs = iter([falling, nan])
+    monkeypatch.setattr(gpu_check, "prepare_data", lambda work, a: work)
+    monkeypatch.setattr(gpu_check, "HEALTH", {k: gpu_check.HEALTH[k] for k in list(gpu_check.HEALTH)[:1]})
+    monkeypatch.setattr(gpu_check, "run_procs", lambda cmds, logs_, timeout, env: [(None, next(logs)) for _ in cmds])
+    a = gpu_check.argparse.Namespace(tiny=False, health_parallel=2, reserve=1.0, health_updates=300, cpu=False)
+    sec = gpu_check.Section("health")
+    gpu_check.section_health(sec, a, gpu_check.torch.device("cpu"), gpu_check.Budget(600), tmp_path)
+    loss = {r["item"]: r for r in sec.rows if r["measure"].startswith("loss first")}
+    fp16, bf16 = (loss[f"{next(iter(gpu_check.HEALTH))} {p}"] for p in ("fp16", "bf16"))
+    assert fp16["ok"] is None and fp16["cut"] and fp16["falling"] and fp16["finite"]
+    assert bf16["ok"] is False and not bf16["finite"]
+    assert sec.status == "cut (budget)"
+    table = gpu_check.table({"machine": {"device": "cpu", "torch": "x"}, "tiny": False, "date": "d", "elapsed_s": 1,
+                             "budget_s": 1, "command": "c", "sections": {"health": sec.as_dict()}})
+    assert "| health | - | cut (budget) |" in table and "| cut |" in table
+
+
+def test_every_lease_call_fits_the_64_mib_lease():
+    """Issue 82 §1: each prepared call sends the tracked checkout plus the packs it names (at their
+    recorded sizes); each must stay under ~60 MiB of the device tool's 64 MiB."""
+    import gpu_check
+    import gpu_check_lease as lease
+
+    tracked = lease.tracked_bytes()
+    assert tracked > 1 * lease.MIB  # the checkout was measured, not assumed
+    for call in lease.CALLS:
+        mib = lease.call_mib(call, tracked)
+        assert mib <= lease.LIMIT_MIB, f"{call.name} sends {mib:.1f} MiB (tracked {tracked / lease.MIB:.1f} + packs)"
+        assert set(call.sections) <= set(gpu_check.SECTIONS)
+        assert call.budget + 60 < call.timeout_s <= 600  # the command's own timeout ends inside the tool's
+        for f in call.carry:
+            assert f.startswith(lease.PACK_DIR + "/") and f"--sections {' '.join(call.sections)}" in call.command()
+    # every section runs in exactly one call; health first, DESDAR and CTranslate2 last in their own call
+    done = [s for c in lease.CALLS for s in c.sections]
+    assert sorted(done) == sorted(gpu_check.SECTIONS)
+    assert lease.CALLS[0].sections == ("health",) and set(lease.CALLS[-1].sections) == {"desdar", "ct2"}
+    assert [c.name for c in lease.CALLS if "ct2" in c.packs] == [lease.CALLS[-1].name]
+    # two calls and a machine's start fit one session's 15 minutes of device time
+    assert lease.CALLS[0].timeout_s + lease.CALLS[1].timeout_s + 120 <= 900
+    # the README gives every call's carry and timeout_s as the plan has them
+    readme = (REPO / "benchmarks" / "results" / "gpu" / "README.md").read_text()
+    for call in lease.CALLS:
+        assert call.command() in readme and f"timeout_s {call.timeout_s}" in readme, call.name
+        assert json.dumps(call.carry) in readme
+
+
+def test_the_lease_packs_are_ignored_so_they_travel_only_when_carried():
+    """The packs travel as carried (ignored) paths: .lease/ must be ignored, or it would travel twice."""
+    import gpu_check_lease as lease
+
+    res = subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q", f"{lease.PACK_DIR}/fairseq.tar.xz"])
+    assert res.returncode == 0
+
+
+def test_lease_setup_unpacks_a_pack_and_writes_console_script_shims(tmp_path, monkeypatch):
+    """What a call runs first on the lent machine: the pack's files into the site folder, and a shim per
+    console script (the packs' entry points and the checkout's pyproject) that runs with its arguments."""
+    import io
+    import lzma
+    import tarfile
+
+    import gpu_check_lease as lease
+
+    repo = tmp_path / "repo"
+    (repo / lease.PACK_DIR).mkdir(parents=True)
+    (repo / "pyproject.toml").write_text('[project]\nname = "x"\n[project.scripts]\ndeepnmt-fake = "fakemod:main"\n')
+    files = {"fakemod/__init__.py": "import sys\ndef main():\n    print('shim ok', sys.argv[0], sys.argv[1:])\n",
+             "fake-1.0.dist-info/entry_points.txt": "[console_scripts]\nfake-cmd = fakemod:main\n",
+             "fakemod/examples/big.bin": "left out"}
+    with lzma.open(repo / lease.PACK_DIR / "fake.tar.xz", "wb") as xz, tarfile.open(fileobj=xz, mode="w") as tar:
+        for name, text in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(text.encode())
+            tar.addfile(info, io.BytesIO(text.encode()))
+    monkeypatch.setattr(lease, "REPO", repo)
+    monkeypatch.setitem(lease.PACKS, "fake", lease.Pack("fake", (), (), (), 0.1))
+    site = tmp_path / "site"
+    assert lease.setup(["fake"], site) == 0  # its check imports torch, fairseq and the plugin (CI has them)
+    for script in ("fake-cmd", "deepnmt-fake"):
+        out = subprocess.run([str(site / "bin" / script), "a", "b c"], capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": str(site)})
+        assert out.stdout.strip() == f"shim ok {script} ['a', 'b c']", out.stderr
+    monkeypatch.setitem(lease.PACKS, "gone", lease.Pack("gone", (), (), (), 0.1))
+    assert lease.setup(["gone"], site) == 2  # a pack not carried: says which file and how to make it

@@ -28,7 +28,8 @@ def test_half_precision_without_a_gpu_is_an_error_naming_what_was_detected(preci
     assert f"--{precision} needs a GPU" in msg and "CUDA_VISIBLE_DEVICES=''" in msg and "--cpu" in msg
     with pytest.raises(cluster.ClusterError, match="--cpu was given"):
         cluster.check_devices(cluster.make_launch("local", cpu=True, env=NO_GPU), precision)
-    cluster.check_devices(cluster.make_launch("local", env={"CUDA_VISIBLE_DEVICES": "0"}), precision)  # a GPU: fine
+    # a GPU that the job's torch sees: fine (tests/test_cluster_ops.py: one it does not see)
+    cluster.check_devices(cluster.make_launch("local", env={"CUDA_VISIBLE_DEVICES": "0"}), precision, torch_count=1)
     cluster.check_devices(launch, None)  # one local CPU process without --fp16: allowed (it says so)
 
 

@@ -167,3 +167,96 @@ def test_the_pre_norm_check_runs_at_its_own_point_then_at_the_post_norm_columns_
     # an unfinished family: no point yet, and only the own-point runs are planned
     del vals[("admin", grid[3])]
     assert plan.postnorm_point(CPU, _records(vals)) is None and len(plan.prenorm_check_runs(CPU, _records(vals))) == 2
+
+
+def test_diagnostic_runs_log_the_change_norms_and_the_big_batch_reaches_admins_32k_tokens(tmp_path):
+    """Issue 77 part 4: the diagnostic runs train at their point with DeepNet's/Admin's diagnostics on
+    (``--task deep_translation --log-change-norms``), valid only; the large-batch run is Admin at
+    16 x 2048 = 32K tokens an update through --update-freq; no other run of the study changes."""
+    import fidelity_runner as runner
+
+    study = runner.Study(CPU, tmp_path, tmp_path / "bin", tmp_path / "tok", fork=False)
+    runs = plan.diag_runs(CPU)
+    diag = [r for r in runs if r.update_freq == 1]
+    assert {(r.system.split("-", 3)[3].rsplit("-", 1)[0], r.lr, r.warmup) for r in diag} == {
+        (f, lr, w) for lr, w in plan.DIAG_POINTS for f in plan.DIAG_FAMILIES} | {("prenorm", CPU.lr, CPU.warmup)}
+    for r in diag:
+        cmd = shlex.split(runner._portable(study.train_command(r)))
+        assert _flag(cmd, "--task") == "deep_translation" and "--log-change-norms" in cmd
+        assert int(_flag(cmd, "--log-grad-norms-every")) == CPU.diag_every
+        assert (float(_flag(cmd, "--lr")), int(_flag(cmd, "--warmup-updates"))) == (r.lr, r.warmup)
+        assert int(_flag(cmd, "--max-update")) == CPU.diag_updates and int(_flag(cmd, "--encoder-layers")) == 24
+        assert _flag(cmd, "--optimizer") == ("radam" if "--admin" in cmd else "adam")
+        assert "--update-freq" not in cmd and r.valid_only
+    (big,) = [r for r in runs if r.update_freq > 1]
+    cmd = shlex.split(runner._portable(study.train_command(big)))
+    assert int(_flag(cmd, "--update-freq")) * int(_flag(cmd, "--max-tokens")) == 32768  # Admin's 32K tokens
+    assert "--admin" in cmd and _flag(cmd, "--optimizer") == "radam" and "--disable-validation" not in cmd
+    assert plan.run_updates(CPU, big.name) == CPU.diag_updates * 16  # the budget counts its micro-batches
+    assert {r.name for r in runs} <= set(plan.planned(CPU, [1, 2]))
+    for other in plan.sweep_runs(CPU)[:2] + plan.depth_runs(CPU, [1])[:1]:
+        cmd = study.train_command(other)
+        assert _flag(cmd, "--task") == "translation" and "--update-freq" not in cmd
+
+
+@pytest.mark.slow
+def test_a_tiny_diagnostic_run_records_the_change_norms_of_every_layer(tmp_path, monkeypatch):
+    """End to end at tiny size: the record keeps one entry per diagnostic update with the output change,
+    parameter change and gradient norm of every encoder layer, starting at 0 before the first step and
+    moving after it; the report's section 5b shows them."""
+    import dataclasses
+
+    import fidelity
+
+    tiny = dataclasses.replace(plan.PRESETS["tiny"], diag_updates=4, diag_every=2, bigbatch_freq=0)
+    monkeypatch.setitem(plan.PRESETS, "tiny", tiny)
+    monkeypatch.setattr(plan, "DIAG_FAMILIES", ("postnorm",))
+    monkeypatch.setattr(plan, "DIAG_POINTS", ((1e-3, 1),))
+    monkeypatch.setattr(plan, "DIAG_REFERENCE", ())
+    work, report = tmp_path / "work", tmp_path / "report.md"
+    assert fidelity.main(["--preset", "tiny", "--work-dir", str(work), "--report", str(report),
+                          "--only", "postnorm-diag", "--jobs", "1"]) == 0
+    n = tiny.depths[-1]
+    name = plan.diag_name("postnorm", n, 1e-3, 1)
+    rec = json.loads((work / "records" / f"{name}.json").read_text())
+    log = rec["change_log"]
+    assert [e["update"] for e in log] == [0, 1, 3]  # update 1 and every 2nd: after 0, 1 and 3 steps
+    assert all(len(e[k]) == n for e in log for k in ("enc_dF", "enc_dW", "enc_gnorm"))
+    assert log[0]["enc_dF"] == [0.0] * n and log[0]["enc_dW"] == [0.0] * n
+    assert all(v > 0 for v in log[-1]["enc_dF"] + log[-1]["enc_dW"] + log[-1]["enc_gnorm"])
+    assert math.isfinite(rec["valid_nll"]) and "bleu" not in rec
+    row = next(line for line in report.read_text().splitlines() if line.startswith(f"| {rec['system']} |"))
+    assert f"{rec['valid_nll']:.3f}" in row and "…" not in row
+
+
+def test_converged_runs_are_redone_at_the_chosen_recipe_where_it_changed_and_supersede_the_old():
+    """Issue 77 part 3: once a family's grid is complete, a family whose choice differs from the old
+    post-norm recipe (2e-3 / 600 on Adam; Admin always, on RAdam now) is retrained at every depth by the
+    converged rule with 3 seeds at its choice; an unchanged family keeps its runs; the old system is
+    superseded once the new one has every seed."""
+    grid = list(CPU.sweep_grid)
+    old = (CPU.postnorm_lr, CPU.postnorm_warmup)
+    assert plan.old_recipe(CPU) == (*old, "adam") and old in grid
+    vals = {(fam, pt): 5.0 for fam in plan.SWEEP_FAMILIES for pt in grid}
+    vals[("postnorm", old)] = 3.0  # post-norm keeps the old point
+    vals[("admin", old)] = 3.0  # the old point, but on RAdam: a new recipe
+    new = (1e-3, 1000)
+    vals[("deepnorm", new)] = 3.0
+    del vals[("transparent-post", grid[0])]  # its grid is not complete
+    res = _records(vals)
+    runs = plan.retuned_runs(CPU, [1, 2], res)
+    systems = sorted({r.system for r in runs})
+    assert systems == sorted(plan.retuned_name(f, n) for f in ("deepnorm", "admin") for n in CPU.depths)
+    for r in runs:
+        assert r.early_stop and r.updates == CPU.converged_cap and r.seed in (1, 2, 3)
+        if "admin" in r.system:
+            assert (r.lr, r.warmup, r.optimizer) == (*old, "radam")
+        else:
+            assert (r.lr, r.warmup, r.optimizer) == (*new, "adam")
+    assert {r.name for r in runs} <= set(plan.planned(CPU, [1, 2], results=res))
+    assert plan.superseded(CPU, res) == {}
+    for s in (1, 2, 3):
+        res[f"retuned-deepnorm-24-s{s}"] = {"name": f"retuned-deepnorm-24-s{s}", "system": "retuned-deepnorm-24",
+                                            "seed": s, "valid_nll": 4.0, "diverged": False}
+    gone = plan.superseded(CPU, res)
+    assert list(gone) == ["conv-deepnorm-24"] and "0.001 / 1000" in gone["conv-deepnorm-24"]

@@ -10,7 +10,8 @@
   as the uninterrupted run (CPU, one thread; the exact-resume contract of tests/test_exactness.py,
   through the wrappers and a kill instead of --max-update).
 * ``scripts/slurm/train.sbatch`` without Slurm: fake ``scontrol`` and ``srun`` on PATH; SIGUSR1 to
-  the batch script requeues the job and ends the step; without a signal it waits for srun; the
+  the batch script reaches the step (which saves and stops), then the job is requeued (issue 82:
+  tests/test_cluster_ops.py has scancel, the cap and a failed requeue); without a signal it waits for srun; the
   environment comes from ``DEEPNMT_VENV``; ``scripts/train.sh`` runs the environment's python.
 """
 
@@ -225,8 +226,9 @@ echo "srun python: $(command -v python)" >> {calls}
 
 
 def test_sbatch_requeues_on_sigusr1_and_ends_the_step(tmp_path):
-    env, calls, venv = _fake_slurm(tmp_path, 'trap "echo srun-got-TERM >> ' + str(tmp_path / "calls") +
-                                   '; exit 143" TERM\nwhile true; do sleep 0.1; done')
+    # the step as the training does it (issue 82): on USR1 it saves at its next update and exits 75
+    env, calls, venv = _fake_slurm(tmp_path, 'trap "echo srun-got-USR1 >> ' + str(tmp_path / "calls") +
+                                   '; exit 75" USR1\nwhile true; do sleep 0.1; done')
     proc = subprocess.Popen(["bash", str(SCRIPTS / "slurm" / "train.sbatch"), "msc-iwslt14-ende-6L", "--fp16"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 30
@@ -237,7 +239,8 @@ def test_sbatch_requeues_on_sigusr1_and_ends_the_step(tmp_path):
     out, _ = proc.communicate(timeout=30)
     log = calls.read_text()
     assert "scontrol requeue 4242" in log, out + log
-    assert "srun-got-TERM" in log  # the step was ended, not left running
+    assert "srun-got-USR1" in log  # the step was told (to save), and it ended before the requeue
+    assert log.index("srun-got-USR1") < log.index("scontrol requeue 4242")
     assert f"srun python: {venv}/bin/python" in log  # DEEPNMT_VENV was activated
     assert re.search(r"srun .*scripts/train.sh msc-iwslt14-ende-6L --launcher slurm --fp16", log)
     assert "rendezvous tcp://node-a:" in out  # the first node of the allocation

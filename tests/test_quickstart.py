@@ -1,6 +1,7 @@
 """The quickstart pipeline at smoke size: every step runs, a re-run redoes nothing."""
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -63,6 +64,9 @@ def test_quickstart_smoke_and_rerun(tmp_path):
         assert chosen == max(tried, key=lambda t: t["tokens_per_s"])["setting"], (name, kind, chosen, tried)
     assert rep["machine"]["kernels"] and "Settings searched" in (work / "distill" / "report" / "report.md").read_text()
     assert "estimated time on this machine (" in out  # printed before the first step
+    # a run that did every step records its time, in the format of the estimate's record
+    timed = json.loads((work / "quickstart-time.json").read_text())
+    assert timed["options"]["train_pairs"] == 3000 and timed["kernels"] and 0 < timed["seconds"] < 3600
 
     stamp = (work / "checkpoints" / "checkpoint_avg.pt").stat().st_mtime
     t0 = time.time()
@@ -72,6 +76,7 @@ def test_quickstart_smoke_and_rerun(tmp_path):
                 if "$ " in ln and ("fairseq-train " in ln or "fairseq-generate " in ln)]
     assert (work / "checkpoints" / "checkpoint_avg.pt").stat().st_mtime == stamp
     assert time.time() - t0 < 30
+    assert json.loads((work / "quickstart-time.json").read_text()) == timed  # a rerun times nothing
 
     # a copied work directory uses its own model (not the path its results.json recorded)
     import shutil
@@ -113,18 +118,38 @@ def test_a_work_dir_stamped_before_a_new_setting_is_reused(tmp_path):
 
 def test_the_time_estimate_follows_the_measured_machines_and_the_options():
     """The quickstart prints its expected time before it starts (issue 72): the measured minutes on
-    2 cores of the same CPU kind, less with more cores, fewer pairs or updates, or without step 7."""
+    2 cores of the same CPU kind (the committed record deepnmt_fairseq/quickstart_times.json, set-up
+    excluded), less with more cores, fewer pairs or updates, or without step 7; the line names the
+    quickstart version the record timed."""
     import argparse
 
-    from deepnmt_fairseq.quickstart import MEASURED_MINUTES, estimate
+    from deepnmt_fairseq.quickstart import estimate, measured_times
+
+    times = measured_times()
 
     def minutes(kernels="AVX512", cores=2, **kw):
         a = argparse.Namespace(**{"train_pairs": None, "max_update": 800, "deploy": "auto", **kw})
         line = estimate(a, kernels, cores)
         assert "--train-pairs 3000" in line and f"{kernels} kernels, {cores} cores" in line
+        assert times.get(kernels, times["AVX2"])["quickstart"] in line
         return int(line.split("about ")[1].split(" min")[0])
 
-    assert minutes() == MEASURED_MINUTES["AVX512"] and minutes("AVX2") == MEASURED_MINUTES["AVX2"]
-    assert minutes("DEFAULT") == MEASURED_MINUTES["AVX2"]  # an unmeasured kind reads as the slower one
+    for kind in ("AVX512", "AVX2"):
+        r = times[kind]
+        assert minutes(kind) == round((r["seconds"] - r["setup_seconds"]) / 60) and r["source"] and r["date"]
+    assert minutes("DEFAULT") == minutes("AVX2")  # an unmeasured kind reads as the slower one
     assert minutes(cores=4) < minutes() and minutes(train_pairs=3000) < minutes()
     assert minutes(deploy="off") < minutes() and minutes(max_update=1600) > minutes()
+
+
+def test_the_readme_states_the_records_times_and_which_version_they_timed():
+    """README's quickstart times are the record's (a test fails when text and record disagree)."""
+    from deepnmt_fairseq.quickstart import measured_times
+
+    times = measured_times()
+    text = " ".join((REPO / "README.md").read_text().split())
+    m = re.search(r"About (\d+) min on 2 idle AVX-512 cores, (\d+) min from a fresh clone on 2 AVX2 cores", text)
+    assert m, "README's quickstart time sentence is missing"
+    for kind, minutes in (("AVX512", m.group(1)), ("AVX2", m.group(2))):
+        assert int(minutes) == round((times[kind]["seconds"] - times[kind]["setup_seconds"]) / 60), kind
+    assert "6-3 student" in text[m.start():m.end() + 200]  # says which version those times are of

@@ -49,6 +49,7 @@ import json
 import logging
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import List, Optional, Tuple
 
@@ -399,9 +400,13 @@ def _build_spec(model, cfg_model=None):
 def export(checkpoint: str, out_dir: str, quantization: Optional[str] = None, data: Optional[str] = None,
            bpe_codes: Optional[str] = None, spm_model: Optional[str] = None, moses: Optional[bool] = None,
            lowercase: Optional[bool] = None, aggressive_dash: Optional[bool] = None,
-           force: bool = False) -> Tuple[str, dict]:
+           force: bool = False, vmap: Optional[str] = None, vmap_options: Optional[dict] = None) -> Tuple[str, dict]:
     """Write the CTranslate2 model, its vocabularies, the subword model and
-    :data:`~deepnmt_deploy.METADATA` to ``out_dir``; returns (out_dir, metadata)."""
+    :data:`~deepnmt_deploy.METADATA` to ``out_dir``; returns (out_dir, metadata).
+
+    ``vmap``: ``"train"`` builds the vocabulary shortlist from the training data
+    (:func:`deepnmt_fairseq.deploy.vmap.build`, ``vmap_options``: per_token, frequent, max_pairs),
+    a path uses that ``vmap.txt``; registered with the spec (``register_vocabulary_mapping``)."""
     require_ctranslate2()
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(f"--quantization {quantization}: choose one of {', '.join(QUANTIZATIONS)}")
@@ -438,10 +443,27 @@ def export(checkpoint: str, out_dir: str, quantization: Optional[str] = None, da
 
     spec.validate()
     spec.optimize(quantization=quantization)
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    spec.save(str(out))
+    vmap_meta = None
+    with tempfile.TemporaryDirectory() as tmp:
+        if vmap is not None:
+            from deepnmt_deploy.vmap import VocabularyMap
+
+            from .vmap import build
+
+            if vmap == "train":
+                path = Path(tmp) / "vmap.txt"
+                vmap_meta = build(task, path, **(vmap_options or {}))
+            else:
+                path = Path(vmap)
+                if not path.is_file():
+                    raise FileNotFoundError(f"--vmap {vmap}: no such file")
+                vmap_meta = {"built_from": str(path.resolve())}
+            vmap_meta["entries"] = len(VocabularyMap.read(path).rules)  # checks the format
+            spec.register_vocabulary_mapping(str(path))
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        spec.save(str(out))
     if found is not None:
         shutil.copyfile(found, out / tok.model_file)
     max_src, max_tgt = model.max_positions()
@@ -460,6 +482,8 @@ def export(checkpoint: str, out_dir: str, quantization: Optional[str] = None, da
         "skipping_sublayer_folded": branch_scales(model.encoder) is not None
         or branch_scales(model.decoder) is not None,
         "tokenization": tok.to_dict(),
+        # the vocabulary shortlist (vmap.txt; deepnmt-translate uses it unless --no-vmap), or None
+        "vmap": vmap_meta,
     }
     (out / METADATA).write_text(json.dumps(meta, indent=1) + "\n")
     return str(out), meta
@@ -469,9 +493,12 @@ def run(a) -> int:
     """``deepnmt-export-ct2`` (arguments: :mod:`deepnmt_cli.export_ct2`)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     out, meta = export(a.checkpoint, a.out_dir, a.quantization, a.data, a.bpe_codes, a.spm_model,
-                       a.moses, a.lowercase, a.aggressive_dash, a.force)
+                       a.moses, a.lowercase, a.aggressive_dash, a.force, vmap=a.vmap,
+                       vmap_options=dict(per_token=a.vmap_per_token, frequent=a.vmap_frequent,
+                                         max_pairs=a.vmap_max_pairs))
     t = meta["tokenization"]
     print(f"exported {meta['arch']} ({meta['encoder_layers']}-{meta['decoder_layers']}, {meta['quantization']}) "
           f"to {out}; tokenization: {'Moses + ' if t['moses'] else ''}{t['segmenter']}"
-          f"{' (lowercased)' if t['lowercase'] else ''}")
+          f"{' (lowercased)' if t['lowercase'] else ''}"
+          + (f"; vocabulary shortlist of {meta['vmap']['entries']} source tokens" if meta.get("vmap") else ""))
     return 0

@@ -5,9 +5,11 @@ that fail loudly before any process group starts.
   ``nvidia-smi -L``, else the driver's ``/proc/driver/nvidia/gpus``);
 * :func:`make_launch` / :class:`Launch`: how many processes train, which one this is (one
   local process, a torchrun rank, a Slurm task) and fairseq's distributed flags for it;
-* :func:`check_devices`: the loud failures of the GPU path - ``--fp16``/``--bf16`` without a
-  GPU, or a torchrun / Slurm rank without a GPU, is an error saying what was detected and how to
-  ask for the CPU on purpose (``--cpu``); never a silent fallback;
+* :func:`check_devices`: the loud failures of the GPU path - ``--fp16``/``--bf16`` (also given raw
+  to fairseq after ``--``) without a GPU, a torchrun / Slurm rank without a GPU, or GPUs listed by
+  the node that the job's own torch cannot use (:func:`torch_gpus`: a CPU-only torch in the
+  environment), is an error saying what was detected and how to ask for the CPU on purpose
+  (``--cpu``); never a silent fallback;
 * :func:`ddp_backend`: fairseq's ``--ddp-backend`` from the model's *options* (the architecture's
   defaults plus its flags, parsed by fairseq's own parser), not from command strings;
 * :func:`check_dataset`: a missing or mismatched binarized dataset is an error naming the
@@ -68,6 +70,59 @@ def detect_gpus(env: Optional[Mapping[str, str]] = None) -> int:
         proc = Path("/proc/driver/nvidia/gpus")
         return len(list(proc.iterdir())) if proc.is_dir() else 0
     return sum(1 for ln in out.stdout.splitlines() if ln.startswith("GPU ")) if out.returncode == 0 else 0
+
+
+def torch_gpus() -> int:
+    """GPUs the job's own torch can use (``torch.cuda.device_count()`` of this interpreter: the
+    environment the job runs in, not what the node lists)."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - the package needs torch
+        return 0
+    try:
+        return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001 - a broken driver counts as no GPU; the error says what torch is
+        return 0
+
+
+def describe_torch() -> str:
+    import sys
+
+    try:
+        import torch
+
+        return f"torch {torch.__version__} (CUDA build {torch.version.cuda or 'none'}) of {sys.executable}"
+    except ImportError:  # pragma: no cover
+        return f"no torch in {sys.executable}"
+
+
+#: fairseq-train flags (given raw after ``--``) that need a GPU: flag -> the precision it asks for
+RAW_PRECISION = {"--fp16": "fp16", "--memory-efficient-fp16": "fp16", "--amp": "fp16", "--bf16": "bf16",
+                 "--memory-efficient-bf16": "bf16"}
+
+
+def precision_of(precision: Optional[str], extra: Sequence[str] = ()) -> Tuple[Optional[str], str]:
+    """(the precision the job asks for, the flag that asked): ``--fp16``/``--bf16`` of the command, else a
+    half-precision flag among the raw fairseq flags after ``--``."""
+    if precision:
+        return precision, f"--{precision}"
+    for flag in extra:
+        if str(flag) in RAW_PRECISION:
+            return RAW_PRECISION[str(flag)], f"-- {flag} (a fairseq flag after --)"
+    return None, ""
+
+
+def gpus_requested(env: Optional[Mapping[str, str]] = None) -> str:
+    """Why GPUs were asked for by the job's environment ('' if not): a Slurm allocation with GPUs
+    (``SLURM_GPUS_ON_NODE``, ``SLURM_JOB_GPUS``, ``SLURM_STEP_GPUS``, ``SLURM_GPUS``) or ``DEEPNMT_REQUIRE_GPU=1``."""
+    env = os.environ if env is None else env
+    for key in ("SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS"):
+        value = env.get(key, "").strip()
+        if value and value != "0":
+            return f"{key}={value}"
+    if env.get("DEEPNMT_REQUIRE_GPU", "") not in ("", "0"):
+        return f"DEEPNMT_REQUIRE_GPU={env['DEEPNMT_REQUIRE_GPU']}"
+    return ""
 
 
 def describe_detection(env: Optional[Mapping[str, str]] = None) -> str:
@@ -181,20 +236,34 @@ def make_launch(launcher: str = "local", gpus: Optional[int] = None, world_size:
     raise ClusterError(f"unknown launcher {launcher!r} (local, torchrun, slurm)")
 
 
-def check_devices(launch: Launch, precision: Optional[str] = None) -> None:
-    """The GPU path's loud failures (issue 67): raise :class:`ClusterError` when
+def check_devices(launch: Launch, precision: Optional[str] = None, extra: Sequence[str] = (),
+                  torch_count: Optional[int] = None) -> None:
+    """The GPU path's loud failures (issues 67, 82): raise :class:`ClusterError` when
 
-    * ``--fp16`` / ``--bf16`` is asked for and the job would train on the CPU;
-    * a torchrun / Slurm rank (or an explicit ``--rank``) found no GPU and ``--cpu`` was not given.
+    * ``--fp16`` / ``--bf16`` (or a half-precision fairseq flag in ``extra``, given after ``--``) is
+      asked for and the job would train on the CPU;
+    * a torchrun / Slurm rank (or an explicit ``--rank``) found no GPU and ``--cpu`` was not given;
+    * the job would train on GPUs but its own torch (``torch_count``, default :func:`torch_gpus`) sees
+      none, or fewer than this rank's ``--device-id`` needs (a CPU-only torch in ``DEEPNMT_VENV``
+      would otherwise fail later in NCCL with a vaguer message).
 
     The message says what was detected and how to ask for the CPU on purpose."""
+    precision, asked = precision_of(precision, extra)
     if not launch.cpu:
+        n = torch_gpus() if torch_count is None else torch_count
+        need = (launch.device_id or 0) + 1 if launch.rank is not None else 1
+        if n < need:
+            raise ClusterError(f"this job would train on {'GPU ' + str(need - 1) if launch.rank is not None else 'the GPU'}"
+                               f" ({launch.detection or launch.source}), but the job's own {describe_torch()} sees "
+                               f"{n} GPU(s): a CPU-only torch in the environment ($DEEPNMT_VENV / the active "
+                               "environment), or a driver it cannot use. Install a CUDA build of torch there, or "
+                               "train on the CPU on purpose with --cpu")
         return
     how = launch.detection or "no GPU detected"
     if precision:
         why = "--cpu was given" if launch.cpu_requested else f"no GPU was detected ({how})"
-        raise ClusterError(f"--{precision} needs a GPU, but {why}: this job would train on the CPU. Run it on a GPU "
-                           f"node, or drop --{precision} to train on the CPU on purpose (with --cpu)")
+        raise ClusterError(f"{asked} needs a GPU, but {why}: this job would train on the CPU. Run it on a GPU "
+                           f"node, or drop {asked.split(' (')[0]} to train on the CPU on purpose (with --cpu)")
     if launch.rank is not None and not launch.cpu_requested:
         where = {"torchrun": "under torchrun", "slurm": "as a Slurm task", "rank": "with --rank"}.get(
             launch.launcher, f"by {launch.launcher}")
@@ -213,6 +282,44 @@ def job_id(env: Optional[Mapping[str, str]] = None) -> str:
     if env.get("MASTER_ADDR"):
         return f"MASTER={env['MASTER_ADDR']}:{env.get('MASTER_PORT', '')}"
     return ""
+
+
+def restart_count(env: Optional[Mapping[str, str]] = None) -> str:
+    """How often this job was restarted: Slurm's requeues, torchrun's restarts ('0' when neither says)."""
+    env = os.environ if env is None else env
+    return env.get("SLURM_RESTART_COUNT") or env.get("TORCHELASTIC_RESTART_COUNT") or "0"
+
+
+def _seconds(env: Optional[Mapping[str, str]], key: str, default: float) -> float:
+    env = os.environ if env is None else env
+    raw = env.get(key)
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ClusterError(f"{key}={raw!r} is not a number of seconds") from None
+
+
+#: seconds without a fresh heartbeat of rank 0 after which a waiting rank stops (``$DEEPNMT_RANK0_STALE``)
+DEFAULT_RANK0_STALE = 600.0
+#: seconds between rank 0's heartbeats (``$DEEPNMT_HEARTBEAT``)
+DEFAULT_HEARTBEAT = 30.0
+#: seconds a rank waits to see rank 0's token in the checkpoint root (``$DEEPNMT_SHARED_ROOT_WAIT``)
+DEFAULT_SHARED_ROOT_WAIT = 120.0
+
+
+def rank0_stale(env: Optional[Mapping[str, str]] = None) -> float:
+    """Seconds a waiting rank accepts rank 0's heartbeat unchanged: ``$DEEPNMT_RANK0_STALE``, else 10 minutes."""
+    return _seconds(env, "DEEPNMT_RANK0_STALE", DEFAULT_RANK0_STALE)
+
+
+def heartbeat_every(env: Optional[Mapping[str, str]] = None) -> float:
+    return _seconds(env, "DEEPNMT_HEARTBEAT", DEFAULT_HEARTBEAT)
+
+
+def shared_root_wait(env: Optional[Mapping[str, str]] = None) -> float:
+    return _seconds(env, "DEEPNMT_SHARED_ROOT_WAIT", DEFAULT_SHARED_ROOT_WAIT)
 
 
 def rank0_timeout(env: Optional[Mapping[str, str]] = None) -> float:

@@ -13,6 +13,13 @@
   stage that fails writes ``<done-marker>.failed`` (with this job's id) and every waiting rank
   exits with its error; a rank waiting for an input rank 0 writes checks it first and fails at
   once if none of this run's stages makes it.
+* a ``state_dir`` (the experiment's folder) adds the cluster guards (issue 82): rank 0 takes the
+  folder's lock (``.job.lock``, its job id: a second job on the same folder is refused unless it is
+  the same job requeued, or the holder is gone), writes a token (``.rank0-token``) that every other
+  rank must see there within :func:`~deepnmt_fairseq.jobs.cluster.shared_root_wait` seconds (else the
+  checkpoint root is not shared), and refreshes a heartbeat (``.rank0-heartbeat``) while it works; a
+  rank waiting for rank 0 stops when that heartbeat has not changed for
+  :func:`~deepnmt_fairseq.jobs.cluster.rank0_stale` seconds (rank 0 died, OOM-killed say).
 """
 
 from __future__ import annotations
@@ -20,11 +27,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Type
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Type, Union
 
 from .stage import JobError, Stage, make_log, quote
 
@@ -41,23 +50,62 @@ IN_PROCESS: Dict[str, Callable[[List[str]], Optional[int]]] = {}
 #: seconds between looks at rank 0's markers
 WAIT_POLL = 30.0
 
+#: fairseq-train's exit status after it saved checkpoint_last.pt on SIGUSR1 (the plugin's fix
+#: ``save_on_usr1``; :data:`deepnmt_fairseq.behaviour_fixes.USR1_EXIT`)
+USR1_EXIT = 75
+
 
 class RunError(JobError):
     """A stage failed; the message names the stage, its command and its log."""
 
 
+LOCK, TOKEN, HEARTBEAT = ".job.lock", ".rank0-token", ".rank0-heartbeat"
+
+
+def _me(launch=None) -> str:
+    """This job's id (the ranks' shared one; else their rendezvous), else this process on this host
+    (one local run)."""
+    import socket
+
+    from .cluster import job_id
+
+    if job_id():
+        return job_id()
+    if launch is not None and launch.rank is not None:
+        return f"init:{launch.init_method}"
+    return f"local:{socket.gethostname()}:{os.getpid()}"
+
+
+def _read_json(path: Path) -> Optional[Dict]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_json(path: Path, data: Dict) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data) + "\n")
+    os.replace(tmp, path)
+
+
 def settings_guard(work: Path, settings: Dict, name: str = "settings.json", flag: str = "--work-dir",
-                   error: Type[Exception] = RunError, missing_as_default: bool = False) -> None:
+                   error: Type[Exception] = RunError,
+                   missing_as_default: Union[bool, Mapping[str, object]] = False) -> None:
     """Tie ``work`` to ``settings``: the first run writes them, a run with other settings is refused
     (the outputs in ``work`` were made with the old ones).  ``missing_as_default``: a setting absent
-    from the stamp (added to the tool later) compares as ``None`` and the stamp is rewritten."""
+    from the stamp (added to the tool later) compares as ``None`` (``True``) or as the mapping's value
+    for it (a mapping: e.g. the dataclass defaults, or the current value of a setting that only new
+    runs use), and the stamp is rewritten."""
     work.mkdir(parents=True, exist_ok=True)
     stamp = work / name
     settings = json.loads(json.dumps(settings))  # the JSON view (tuples as lists, paths as strings)
     if stamp.exists():
         old = json.loads(stamp.read_text())
+        absent = json.loads(json.dumps(dict(missing_as_default))) if isinstance(missing_as_default, Mapping) else {}
         keys = settings if missing_as_default else sorted(set(old) | set(settings))
-        diff = {k: {"then": old.get(k), "now": settings.get(k)} for k in keys if old.get(k) != settings.get(k)}
+        diff = {k: {"then": old.get(k, absent.get(k)), "now": settings.get(k)} for k in keys
+                if old.get(k, absent.get(k)) != settings.get(k)}
         if diff:
             raise error(f"{work} holds a run with other settings ({stamp}): {json.dumps(diff)}; "
                         f"use another {flag}, or the same settings to resume")
@@ -83,7 +131,8 @@ class Runner:
 
     def __init__(self, prefix: str = "distill", env: Optional[Dict[str, str]] = None,
                  echo: Optional[Callable[[str], None]] = print, echo_all: bool = False, in_process: bool = True,
-                 launch=None, error: Type[Exception] = RunError, numbered: bool = True):
+                 launch=None, error: Type[Exception] = RunError, numbered: bool = True,
+                 state_dir: Optional[Path] = None):
         from ..console import child_env
 
         self.prefix = prefix
@@ -97,6 +146,24 @@ class Runner:
         self.log = make_log(prefix, echo=echo)
         self.ran: List[str] = []  # names of the stages run (not skipped) by this runner
         self.started = time.time()
+        self.state_dir = Path(state_dir) if state_dir is not None else None
+        self.notice = False  # SIGUSR1 came (a cluster's notice before its time limit)
+        self._child: Optional[subprocess.Popen] = None
+        self._forward = False  # pass SIGUSR1 on to the running command (a training stage)
+
+    # ---------------------------------------------------------------- SIGUSR1
+    def _on_usr1(self, signum, frame) -> None:
+        """The notice: a running training stage gets it too (fairseq saves at its next update and
+        exits 75); any other command finishes, and no further stage starts."""
+        self.notice = True  # (no printing here: the handler may interrupt a print of the main thread)
+        child = self._child
+        if self._forward and child is not None and child.poll() is None:
+            child.send_signal(signal.SIGUSR1)
+
+    def _stop_on_notice(self) -> None:
+        if self.notice:
+            raise self.error("stopped on SIGUSR1 (the cluster's notice before its time limit) before the next stage; "
+                             "the same command (or the requeued job) resumes: finished stages are skipped")
 
     @property
     def is_rank0(self) -> bool:
@@ -104,7 +171,148 @@ class Runner:
 
     # ---------------------------------------------------------------- the loop
     def run(self, stages: Iterable[Stage]) -> None:
-        stages = list(stages)
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGUSR1, self._on_usr1) if main else None
+        try:
+            if self.state_dir is None:
+                self._run(list(stages))
+            else:
+                self._guarded(list(stages))
+        finally:
+            if main:
+                signal.signal(signal.SIGUSR1, previous if previous is not None else signal.SIG_DFL)
+
+    # ---------------------------------------------------------------- the cluster guards
+    @property
+    def _several(self) -> bool:
+        return self.launch is not None and self.launch.rank is not None and self.launch.world_size > 1
+
+    def _guarded(self, stages: List[Stage]) -> None:
+        from .cluster import heartbeat_every
+
+        state = self.state_dir
+        if not self.is_rank0:
+            self._check_shared_root()
+            self._run(stages)
+            return
+        state.mkdir(parents=True, exist_ok=True)
+        self._take_lock()
+        stop = threading.Event()
+        beat = threading.Thread(target=self._heartbeat, args=(stop, heartbeat_every()), daemon=True,
+                                name="rank0-heartbeat")
+        try:
+            self._beat()
+            if self._several:
+                from .cluster import restart_count
+
+                _write_json(state / TOKEN, {"job": _me(self.launch), "restart": restart_count(), "time": time.time()})
+            beat.start()
+            self._run(stages)
+        finally:
+            stop.set()
+            if beat.is_alive():
+                beat.join(timeout=5)
+            lock = _read_json(state / LOCK)
+            if lock is not None and lock.get("job") == _me(self.launch):
+                (state / LOCK).unlink(missing_ok=True)
+
+    def _beat(self) -> None:
+        try:
+            _write_json(self.state_dir / HEARTBEAT, {"job": _me(self.launch), "time": time.time(), "pid": os.getpid()})
+        except OSError:
+            pass  # a full disk fails the stage itself; the heartbeat is only a hint
+
+    def _heartbeat(self, stop: threading.Event, every: float) -> None:
+        while not stop.wait(every):
+            self._beat()
+
+    def _take_lock(self) -> None:
+        """One job per experiment folder: the lock holds the job id; the same job (requeued) takes it
+        back; a holder that is gone (its process on this host ended, or its heartbeat stale) loses it."""
+        import socket
+
+        from .cluster import rank0_stale
+
+        path = self.state_dir / LOCK
+        me = {"job": _me(self.launch), "host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            other = _read_json(path) or {}
+            why = self._stale_lock(other, rank0_stale())
+            if other.get("job") != me["job"] and why is None:
+                raise self.error(
+                    f"{self.state_dir} is in use by job {other.get('job', '?')} (lock {path}, host "
+                    f"{other.get('host', '?')}, since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(other.get('time', 0)))}): "
+                    "one job per experiment folder. Wait for it, cancel it, or, if it is gone, delete the lock; a "
+                    "requeued job (the same job id) takes its own lock back")
+            if other.get("job") != me["job"]:
+                self.log(f"taking over the lock {path} of job {other.get('job')}: {why}")
+            _write_json(path, me)
+            return
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(me) + "\n")
+
+    def _stale_lock(self, other: Dict, stale: float) -> Optional[str]:
+        """Why the lock ``other`` is no longer held (None: it is)."""
+        import socket
+
+        job = str(other.get("job", ""))
+        if job.startswith("local:") and other.get("host") == socket.gethostname():
+            try:
+                os.kill(int(other.get("pid", -1)), 0)
+            except (ProcessLookupError, ValueError):
+                return f"its process {other.get('pid')} has ended"
+            except PermissionError:
+                pass
+            return None
+        beat = _read_json(self.state_dir / HEARTBEAT) or {}
+        if beat.get("job") != job:
+            return "its heartbeat is gone" if time.time() - float(other.get("time", 0)) > stale else None
+        age = time.time() - float(beat.get("time", 0))
+        return f"its heartbeat is {age:.0f} s old (limit {stale:.0f} s)" if age > stale else None
+
+    def _check_shared_root(self) -> None:
+        """A rank other than 0: rank 0's token of this job must be visible in the checkpoint root."""
+        from .cluster import restart_count, shared_root_wait
+
+        path = self.state_dir / TOKEN
+        wait = shared_root_wait()
+        want = {"job": _me(self.launch), "restart": restart_count()}
+        start = time.time()
+        while True:
+            token = _read_json(path) or {}
+            if {k: token.get(k) for k in want} == want:
+                return
+            if time.time() - start > wait:
+                seen = f"it holds {token.get('job')} (restart {token.get('restart')})" if token else "it does not exist"
+                raise self.error(
+                    f"rank {self.launch.rank}: rank 0's token {path} of this job ({want['job']}, restart "
+                    f"{want['restart']}) is not visible here after {wait:.0f} s ($DEEPNMT_SHARED_ROOT_WAIT; {seen}): "
+                    "the checkpoint root ($DEEPNMT_CHECKPOINTS / --checkpoint-root) must be one filesystem shared "
+                    "by every node (on a node-local disk a requeue onto another node silently starts from scratch)")
+            time.sleep(min(1.0, max(0.05, wait / 20)))
+
+    def _rank0_gone(self, seen: Dict) -> Optional[str]:
+        """While waiting: rank 0's heartbeat unchanged for longer than the limit (None: it lives)."""
+        from .cluster import rank0_stale
+
+        if self.state_dir is None:
+            return None
+        path = self.state_dir / HEARTBEAT
+        beat = _read_json(path)
+        now = time.time()
+        key = json.dumps(beat, sort_keys=True) if beat is not None and beat.get("job") == _me(self.launch) else None
+        if key != seen.get("key"):
+            seen["key"], seen["since"] = key, now
+        limit = rank0_stale()
+        if now - seen["since"] > limit:
+            what = "has not changed" if key is not None else "of this job has not appeared"
+            return (f"rank 0's heartbeat {path} {what} for {now - seen['since']:.0f} s (limit {limit:.0f} s, "
+                    "$DEEPNMT_RANK0_STALE): rank 0 died or hangs (killed for memory? look at its log)")
+        return None
+
+    def _run(self, stages: List[Stage]) -> None:
         for st in stages:
             if st.inputs.preflight is not None and not st.is_done():
                 st.inputs.preflight()
@@ -112,6 +320,7 @@ class Runner:
         produced = {st.done_file(): st for st in stages}
         for i, st in enumerate(stages, 1):
             head = f"stage {i}/{len(stages)} {st.name}" if self.numbered else st.name
+            self._stop_on_notice()
             if self.is_rank0:
                 try:
                     self._stage(st, head, stages, produced)
@@ -161,6 +370,7 @@ class Runner:
             argv = st.command()
             if st.training.history and self.is_rank0:
                 record_command(st.completion.output, argv, st.training.batch, self.log)
+            self._forward = bool(st.training.history)
             try:
                 self.command(argv, st.action.log if self.is_rank0 else None, st.name)
             except self.error:
@@ -187,8 +397,12 @@ class Runner:
                 raise self.error(f"stage {name}: {argv[0]} failed (exit {rc})")
             return
         cmd = [_resolve(argv[0]), *argv[1:]]
+        self._stop_on_notice()
         self.log("$ " + quote(argv))
         rc = self.tee(cmd, log)
+        if rc == USR1_EXIT and self.notice:
+            raise self.error(f"stage {name}: stopped on SIGUSR1 after saving checkpoint_last.pt at its last update "
+                             f"({argv[0]} exit {rc}); the same command (or the requeued job) resumes from it")
         if rc:
             tail = ""
             if log is not None and not self.echo_all:
@@ -210,6 +424,7 @@ class Runner:
                                         errors="replace", bufsize=1)
             except FileNotFoundError as err:
                 raise self.error(f"cannot start {cmd[0]}: {err} (is the environment activated?)") from None
+            self._child = proc
             try:
                 for line in proc.stdout:
                     if fh:
@@ -225,6 +440,7 @@ class Runner:
                 proc.wait()
                 raise
         finally:
+            self._child, self._forward = None, False
             if fh:
                 fh.close()
 
@@ -275,8 +491,9 @@ class Runner:
         marker = producer.done_file()
         what = producer.name + (f" (input of {waiter.name})" if waiter is not producer else "")
         start = time.time()
+        seen: Dict = {}
         while not marker.exists():
-            failure = self._failure(stages)
+            failure = self._failure(stages) or self._rank0_gone(seen)
             if failure:
                 raise self.error(f"rank {self.launch.rank}: {failure}; this rank stops too")
             waited = time.time() - start

@@ -56,7 +56,7 @@ def cmd_train(a: argparse.Namespace) -> int:
                          "scripts/torchrun_example.sh (--dry-run shows the plan for any --gpus)")
     elif launch.cpu and launch.gpus_found == 0 and not a.cpu:
         print("[repro] no GPU found: training on the CPU (--gpus N to plan for N GPUs)", file=sys.stderr)
-    return run_steps(steps, launch, dry_run=a.dry_run)
+    return run_steps(steps, launch, dry_run=a.dry_run, state_dir=paths.exp_dir(exp, exp))
 
 
 def memory_plan(a: argparse.Namespace, exp: Experiment, opts: RunOptions) -> list:
@@ -121,6 +121,7 @@ def cmd_evaluate(a: argparse.Namespace) -> int:
                        checkpoint=Path(a.checkpoint).absolute() if a.checkpoint else None, average=a.average,
                        subset=a.subset, beam=a.beam, lenpen=a.lenpen, batch_size=a.batch_size, cpu=a.cpu,
                        fp16=a.fp16, remove_bpe=a.remove_bpe, tag=a.tag, extra=extra, dry_run=a.dry_run,
+                       allow_unfinished=getattr(a, "allow_unfinished", False),
                        max_len_b=[int(x) for x in a.max_len_b.split(",")] if a.max_len_b else None)
     evaluator = Evaluator
     if exp.eval.primary.startswith("rouge"):  # MSC Appendix A summarization: ROUGE, max length tuned on valid

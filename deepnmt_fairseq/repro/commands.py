@@ -219,7 +219,7 @@ class Planner:
     def preflight(self, dataset_of: Optional[Experiment] = None) -> None:
         """The GPU path's loud failures (:func:`deepnmt_fairseq.jobs.cluster.check_devices`) and, for a
         stage that reads its experiment's dataset, that dataset (an error naming deepnmt-prepare-data)."""
-        cluster.check_devices(self.opts.launch, self.opts.precision)
+        cluster.check_devices(self.opts.launch, self.opts.precision, self.opts.extra)
         if dataset_of is not None:
             src, tgt = dataset_of.lang_pair
             cluster.check_dataset(self.opts.paths.dataset_bin(dataset_of, self.exp), src, tgt, dataset_of.dataset,
@@ -334,19 +334,23 @@ def print_plan(steps: Sequence[Step]) -> None:
         print(s.shell())
 
 
-def runner(launch: Launch) -> Runner:
-    """The one runner as the registry uses it: every output line on the console, log lines on stderr."""
+def runner(launch: Launch, state_dir: Optional[Path] = None) -> Runner:
+    """The one runner as the registry uses it: every output line on the console, log lines on stderr;
+    ``state_dir``: the experiment's folder, for the job lock, rank 0's token and heartbeat (issue 82)."""
     return Runner("repro", echo=None, echo_all=True, in_process=False, launch=launch, error=ReproError,
-                  numbered=False)
+                  numbered=False, state_dir=state_dir)
 
 
-def run_steps(steps: Sequence[Step], launch: Launch, dry_run: bool = False, precision: Optional[str] = None) -> int:
-    """Print (``dry_run``) or run the planned steps on this launch (the GPU path's checks first)."""
+def run_steps(steps: Sequence[Step], launch: Launch, dry_run: bool = False, precision: Optional[str] = None,
+              state_dir: Optional[Path] = None) -> int:
+    """Print (``dry_run``) or run the planned steps on this launch (the GPU path's checks first);
+    ``state_dir``: the experiment's folder (``deepnmt-repro train`` passes it: one job per folder,
+    the shared-root check, rank 0's heartbeat)."""
     if dry_run:
         print_plan(steps)
         return 0
     cluster.check_devices(launch, precision)
-    runner(launch).run(steps)
+    runner(launch, state_dir).run(steps)
     return 0
 
 

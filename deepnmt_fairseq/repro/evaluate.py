@@ -35,7 +35,6 @@ from .commands import (
     ReproError,
     average_count,
     checkpoint_pattern,
-    detect_gpus,
     exe,
     log,
     set_aside,
@@ -61,6 +60,7 @@ class EvalOptions:
     extra: List[str] = field(default_factory=list)
     dry_run: bool = False
     max_len_b: Optional[List[int]] = None  # summarization: the maximum lengths tried on valid (default: registry)
+    allow_unfinished: bool = False  # score a training stage without its .done marker (issue 82)
 
 
 def raw_reference_files(dataset_dir: Path, dataset: str, subset: str, lang: str) -> List[Path]:
@@ -121,9 +121,36 @@ class Evaluator:
         if tag is None and opts.subset != "test":
             tag = opts.subset
         self.tag = tag
-        self.cpu = opts.cpu if opts.cpu is not None else detect_gpus() == 0
+        self.cpu = opts.cpu if opts.cpu is not None else self._no_gpu()
         self.remove_bpe = opts.remove_bpe or segmentation(opts.paths.dataset_dir(exp))
         self.commands: List[List[str]] = []
+
+    def _no_gpu(self) -> bool:
+        """No ``--cpu``: decode on the GPU the job's own torch sees; with none, the CPU only when no GPU
+        was asked for (a Slurm allocation with GPUs, DEEPNMT_REQUIRE_GPU, --fp16 make it an error)."""
+        from ..jobs import cluster
+
+        if cluster.torch_gpus() > 0:
+            return False
+        why = cluster.gpus_requested() or ("--fp16" if self.opts.fp16 else "")
+        if why and not self.opts.dry_run:
+            raise ReproError(f"GPUs were requested ({why}) but the job's own {cluster.describe_torch()} sees none "
+                             f"(the node: {cluster.describe_detection()}); not decoding on the CPU instead. Fix the "
+                             "environment (a CUDA build of torch), or pass --cpu to decode on the CPU on purpose")
+        return True
+
+    def check_finished(self) -> None:
+        """The training stage's ``.done`` (issue 82): an evaluation that starts when training did not
+        finish (an ``afterok`` job after a requeued or failed run) would score a half-trained model."""
+        o = self.opts
+        if o.checkpoint or o.allow_unfinished or o.dry_run:
+            return
+        done = self.ckdir / ".done"
+        if not done.exists():
+            raise ReproError(f"{done} is missing: training stage {self.stage.name} of {self.exp.name} has not "
+                             f"finished (fairseq-train's run writes it when it ends), so its checkpoints are not "
+                             f"the final model. Finish it (deepnmt-repro train {self.exp.name}), or pass "
+                             "--allow-unfinished to score the checkpoints as they are")
 
     # ---------------------------------------------------------------- models
     def average_argv(self) -> List[str]:
@@ -294,6 +321,7 @@ class Evaluator:
     # ---------------------------------------------------------------- run
     def run(self) -> Dict[str, object]:
         ev = self.exp.eval
+        self.check_finished()
         models = self.models()
         gens = [self.decode(m) for m in models]
         single_gen = None

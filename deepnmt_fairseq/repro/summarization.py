@@ -121,6 +121,7 @@ class SummarizationEvaluator(_evaluator_base()):
     def run(self) -> Dict[str, object]:
         ev = self.exp.eval
         test_subset, tag = self.opts.subset, self.tag
+        self.check_finished()
         models = self.models()
         if len(models) != 1:
             from .evaluate import ReproError

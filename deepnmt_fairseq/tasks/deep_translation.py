@@ -16,6 +16,12 @@ flag                        logged keys (``fairseq.logging.metrics``)           
 ``--log-gate-stats``        ``gate_enc_{i}``, ``gate_dec_{j}``: mean gate g     MSC Eq. 12-13
                             of the gated fusion of layer i/j, and
                             ``gatestd_enc_{i}``, ``gatestd_dec_{j}``: its std
+``--log-change-norms``      ``enc_dW_{i}``, ``dec_dW_{j}``: ||W - W_0|| /        DeepNet (Wang et al. 2022)
+                            ||W_0|| of layer i/j's parameters since the          Sec. 3 "model update";
+                            reference; ``enc_dF_{i}``: ||h_i - h_i^0|| /         Admin (Liu et al. 2020)
+                            ||h_i^0||, the change of encoder layer i's output    Sec. 4 "output change"
+                            on one fixed probe batch; ``delta_ref`` (the
+                            update of the reference), ``delta_update``
 ==========================  ==================================================  ============================
 
 Every diagnostic line also carries ``diag_update``, the update the values belong
@@ -64,6 +70,20 @@ gradient clipping and the optimizer step):
 * **Mixing weights** s_{i,j}: ``encoder.memory.layer_mix.mixing_weights()`` in eval
   mode (no dropout on W), as used by this update's forward pass (i.e. before the
   update's optimizer step).  ``rnmt_plus`` has one attention module (M = 1): ``mix_{i}_1``.
+* **Change norms** (``--log-change-norms``; DeepNet's and Admin's diagnostic of why post-norm stalls:
+  an early update that moves the upper layers' outputs too far).  On the first diagnostic update the
+  task keeps a copy of every encoder/decoder layer's parameters (the reference W_0: the initial model,
+  or the resumed one after a restart, ``delta_ref`` says which update) and the first micro-batch's
+  source (the probe: fixed for the whole run) with every encoder layer's output on it, computed in eval
+  mode (no dropout, LayerDrop or permutation, so no random number is drawn) under ``no_grad``.  On each
+  diagnostic update, before its forward pass (so after ``delta_update`` = ``update_num`` optimizer
+  steps), it logs for every layer the relative parameter change ||W - W_0||_F / ||W_0||_F and, for
+  every encoder layer, the relative output change on the probe ||h_i - h_i^0||_F / ||h_i^0||_F over its
+  non-pad positions.  The papers do not fix the reference: DeepNet's Fig. 2 plots the "model update"
+  ||F(x, theta_t) - F(x, theta_0)|| from the start of training, Admin's Sec. 4 the "output change"
+  |F(x, W) - F(x, W*)| under a parameter perturbation; our reading is the change since the start,
+  per layer, relative to the start (comparable across depths and widths).  Costs one extra encoder
+  forward pass of the probe per diagnostic update and a copy of the layers' parameters.
 * **Gate statistics**: ``GatedFusion.last_gate_mean`` of every fused attention
   (encoder self-attention, Eq. 12; decoder cross-attention, Eq. 13) of the last
   forward pass of the update (the last micro-batch; with several decoder passes,
@@ -87,7 +107,8 @@ logger = logging.getLogger(__name__)
 TASK_NAME = "deep_translation"
 DIAG_PRIORITY = 3000  # after fairseq's own statistics in every log line
 DIAG_PREFIXES = ("diag_update", "enc_gnorm_", "dec_gnorm_", "grad_ratio", "grad_norm_h", "mix_", "gate_enc_",
-                 "gate_dec_", "gatestd_enc_", "gatestd_dec_")
+                 "gate_dec_", "gatestd_enc_", "gatestd_dec_", "delta_ref", "delta_update", "enc_dW_", "dec_dW_",
+                 "enc_dF_")
 
 
 def _layer_mix(model):
@@ -117,6 +138,12 @@ class DeepTranslationConfig(TranslationConfig):
         default=False,
         metadata={"help": "log the mean gate value of every MSC gated fusion (Wei et al. 2020, Eq. 12-13); "
                           "needs --deep-memory msc with --msc-fusion gate"},
+    )
+    log_change_norms: bool = field(
+        default=False,
+        metadata={"help": "log each layer's parameter change ||W - W_0||/||W_0|| and each encoder layer's output "
+                          "change on a fixed probe batch since the first diagnostic update (DeepNet, Wang et al. "
+                          "2022, Sec. 3; Admin, Liu et al. 2020, Sec. 4)"},
     )
     log_diagnostics_every: int = field(
         default=0,
@@ -188,6 +215,68 @@ def layer_grad_norms(layers) -> torch.Tensor:
     return torch.stack(norms).sqrt()
 
 
+def _layer_vectors(layers) -> List[torch.Tensor]:
+    """Every layer's parameters as one detached float vector (a copy)."""
+    return [torch.cat([p.detach().float().reshape(-1) for p in layer.parameters()]).clone()
+            if any(True for _ in layer.parameters()) else torch.zeros(0) for layer in layers]
+
+
+def _relative(now: torch.Tensor, ref: torch.Tensor) -> float:
+    den = float(ref.norm())
+    return float((now - ref).norm()) / den if den > 0 else float("nan")
+
+
+class ChangeReference:
+    """The reference of ``--log-change-norms``: the layers' parameters and the encoder layers' outputs on
+    one probe batch, at the update it was taken (see the module docstring)."""
+
+    def __init__(self, model, sample, update_num: int):
+        self.update_num = update_num
+        net_input = sample["net_input"]
+        self.src_tokens = net_input["src_tokens"].detach().clone()
+        self.src_lengths = net_input["src_lengths"].detach().clone()
+        self.params = {side: _layer_vectors(getattr(getattr(model, side), "layers", None) or [])
+                       for side in ("encoder", "decoder")}
+        self.outputs = self.encoder_outputs(model)
+        self.last: Dict[str, float] = {}
+
+    def encoder_outputs(self, model) -> List[torch.Tensor]:
+        """Each encoder layer's output on the probe, ``(T, B, C)`` with pad positions zeroed, in eval mode."""
+        encoder = model.encoder
+        outs: List[torch.Tensor] = []
+
+        def grab(_module, _inputs, out):
+            t = out[0] if isinstance(out, (tuple, list)) else out
+            outs.append(t.detach().float())
+
+        modes = [(m, m.training) for m in model.modules()]
+        handles = [layer.register_forward_hook(grab) for layer in encoder.layers]
+        try:
+            model.eval()
+            with torch.no_grad():
+                encoder(self.src_tokens, src_lengths=self.src_lengths)
+        finally:
+            for h in handles:
+                h.remove()
+            for m, was in modes:
+                m.training = was
+        pad = getattr(encoder, "padding_idx", None)
+        pad = encoder.dictionary.pad() if pad is None else pad
+        keep = self.src_tokens.ne(pad).t().unsqueeze(-1)  # (T, B, 1)
+        return [o * keep.to(o.dtype) if o.dim() == 3 and o.shape[:2] == keep.shape[:2] else o for o in outs]
+
+    def changes(self, model, update_num: int) -> Dict[str, float]:
+        values = {"delta_ref": float(self.update_num), "delta_update": float(update_num)}
+        for side, key in (("encoder", "enc"), ("decoder", "dec")):
+            now = _layer_vectors(getattr(getattr(model, side), "layers", None) or [])
+            for i, (w, w0) in enumerate(zip(now, self.params[side])):
+                values[f"{key}_dW_{i + 1}"] = _relative(w, w0)
+        for i, (h, h0) in enumerate(zip(self.encoder_outputs(model), self.outputs)):
+            values[f"enc_dF_{i + 1}"] = _relative(h, h0)
+        self.last = values
+        return values
+
+
 def loss_scale(optimizer) -> float:
     """The factor fairseq's fp16/AMP optimizers multiplied the loss by before backward (1 otherwise)."""
     scaler = getattr(optimizer, "scaler", None)
@@ -216,14 +305,17 @@ class DeepTranslationTask(TranslationTask):
         self.want_ratio = bool(getattr(cfg, "log_grad_ratio", False))
         self.want_mix = bool(getattr(cfg, "log_mixing_weights", False))
         self.want_gates = bool(getattr(cfg, "log_gate_stats", False))
+        self.want_change = bool(getattr(cfg, "log_change_norms", False))
         wanted = [f for f, on in (("--log-grad-ratio", self.want_ratio), ("--log-mixing-weights", self.want_mix),
-                                  ("--log-gate-stats", self.want_gates)) if on]
+                                  ("--log-gate-stats", self.want_gates), ("--log-change-norms", self.want_change))
+                  if on]
         if wanted and self.diag_every == 0:
             raise ValueError(f"{', '.join(wanted)} needs an interval: give --log-grad-norms-every K or "
                              f"--log-diagnostics-every K")
         self.diagnostics_on = self.grad_norm_every > 0 or bool(wanted)
         self._state: Optional[_UpdateState] = None
         self._logged_keys: set = set()
+        self._reference: Optional[ChangeReference] = None
 
     # ------------------------------------------------------------------ checks
     def build_model(self, cfg, from_checkpoint=False):
@@ -235,8 +327,8 @@ class DeepTranslationTask(TranslationTask):
         """Fail clearly when a diagnostic asked for does not exist in ``model``."""
         model = unwrap_model(model)
         enc_layers = getattr(getattr(model, "encoder", None), "layers", None)
-        if (self.grad_norm_every or self.want_ratio) and enc_layers is None:
-            raise ValueError(f"--log-grad-norms-every/--log-grad-ratio need an encoder with layers; "
+        if (self.grad_norm_every or self.want_ratio or self.want_change) and enc_layers is None:
+            raise ValueError(f"--log-grad-norms-every/--log-grad-ratio/--log-change-norms need an encoder with layers; "
                              f"{type(model).__name__} has none")
         if self.want_ratio and len(enc_layers) == 0:
             raise ValueError("--log-grad-ratio needs at least one encoder layer (--encoder-layers 0)")
@@ -268,8 +360,15 @@ class DeepTranslationTask(TranslationTask):
             return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
         core = unwrap_model(model)
+        values: Dict[str, float] = {"diag_update": float(update_num + 1)}
         if self._state is None or self._state.update_num != update_num or self._grads_cleared(core):
             self._state = _UpdateState(update_num)
+            if do_diag and self.want_change:  # once per update, before its first forward pass
+                if self._reference is None:
+                    self._reference = ChangeReference(core, sample, update_num)
+                values.update(self._reference.changes(core, update_num))
+        elif do_diag and self.want_change and self._reference is not None:
+            values.update(self._reference.last)  # later micro-batches of the update: the same values
         state = self._state
         handles: List = []
         fusions = gated_fusions(core) if (do_diag and self.want_gates) else {}
@@ -289,7 +388,6 @@ class DeepTranslationTask(TranslationTask):
         if not ignore_grad:
             state.sample_size += float(sample_size)
 
-        values: Dict[str, float] = {"diag_update": float(update_num + 1)}
         if do_norms:
             denom = max(state.sample_size, 1e-12) * loss_scale(optimizer)
             for side, stack in (("enc", core.encoder), ("dec", core.decoder)):

@@ -1,0 +1,96 @@
+"""The speed protocol (issue 78, benchmarks/speed_protocol.py): its statistics on synthetic timings,
+the interleaving and calibration on real (sleeping) commands, the tuning pass, the rerun check.
+
+No speed is claimed here: the commands are ``sleep``s of known length, so the ratios are known."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+import speed_protocol as sp
+
+
+def test_claim_is_the_lower_bound_of_a_seeded_bootstrap_interval_of_the_median_ratio():
+    ref = [10.0, 10.5, 9.8, 10.2, 10.1, 9.9, 10.3]
+    cand = [1.0, 1.1, 0.9, 1.2, 0.95, 1.0, 1.05]
+    res = sp.summarize(ref, cand)
+    rs = [r / c for r, c in zip(ref, cand)]
+    assert res["median"] == pytest.approx(statistics.median(rs), abs=1e-4)
+    lo, hi = res["interval"]
+    assert min(rs) - 1e-9 <= lo <= res["median"] <= hi <= max(rs) + 1e-9
+    assert res["claim"] == lo and lo < res["median"]
+    assert sp.summarize(ref, cand) == res  # seeded: the same timings give the same interval
+    # noisier timings around the same ratio: a wider interval, a lower claim
+    noisy = sp.summarize(ref, [0.6, 1.5, 0.7, 1.6, 0.95, 1.0, 1.4])
+    assert noisy["interval"][1] - noisy["interval"][0] > hi - lo and noisy["claim"] < res["claim"]
+    # identical ratios: a point interval
+    assert sp.summarize([4.0] * 5, [1.0] * 5)["interval"] == [4.0, 4.0]
+
+
+def test_bad_timings_and_too_few_repeats_are_refused():
+    with pytest.raises(ValueError, match="same number"):
+        sp.ratios([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="positive"):
+        sp.ratios([1.0], [0.0])
+    with pytest.raises(ValueError, match="at least 5"):
+        sp.measure(("a", "true"), [("b", "true")], repeats=3)
+    with pytest.raises(ValueError, match="must differ"):
+        sp.measure(("a", "true"), [("a", "true")], repeats=5)
+    with pytest.raises(ValueError, match="do not exist"):
+        sp.parse_cores("0,999")
+
+
+def test_measure_interleaves_calibrates_the_work_and_finds_the_known_ratio(tmp_path):
+    """sleep 0.4 against sleep 0.1: a ratio of about 4 (less the shell's start-up); each repeat holds
+    >= min_seconds of work (the shorter command executed more times, as calibrated by its warm-up), the
+    reference and the candidate alternate."""
+    import math
+
+    order = tmp_path / "order"
+    ref = f"echo r >> {order}; sleep 0.4"
+    cand = f"echo c >> {order}; sleep 0.1"
+    rec = sp.measure(("slow", ref), [("fast", cand)], repeats=5, min_seconds=0.5, cores=[0], log=lambda *_: None)
+    n_ref, n_cand = rec["executions_per_repeat"]["slow"], rec["executions_per_repeat"]["fast"]
+    for name, n in (("slow", n_ref), ("fast", n_cand)):
+        assert n == math.ceil(sp.CALIBRATION_MARGIN * 0.5 / rec["warm_up"][name]["wall"])
+    assert n_ref == 2 and n_cand > n_ref
+    walls = [r["wall"] for runs in rec["runs"].values() for r in runs]
+    assert rec["short_repeats"] == sum(w < 0.5 for w in walls) <= 2  # the margin absorbs the load's noise
+    # after the warm-ups (two each): r r c c c c c c, r r c c c c c c, ...
+    seq = order.read_text().split()[4:]
+    assert seq == (["r"] * n_ref + ["c"] * n_cand) * 5
+    res = rec["results"]["fast"]
+    assert 2.5 < res["median"] < 4.5 and res["claim"] <= res["median"]
+    assert rec["machine"]["pinned_cores"] == [0] and rec["machine"]["cpu"]
+    assert {"load_before", "load_after", "cpu", "wall"} <= set(rec["runs"]["fast"][0])
+
+
+def test_tune_picks_the_fastest_setting_and_measure_uses_it_frozen(tmp_path):
+    rec = sp.tune("x", "sleep {s}", {"s": ["0.12", "0.03"]}, min_seconds=0.15, log=lambda *_: None)
+    assert rec["choice"] == {"s": "0.03"} and len(rec["timings"]) == 2
+    assert sp.frozen("sleep {s}", rec) == "sleep 0.03"
+    with pytest.raises(ValueError, match="no field"):
+        sp.expand_grid("sleep {t}", {"s": ["1"]})
+    path = tmp_path / "tune.json"
+    path.write_text(json.dumps(rec))
+    out = tmp_path / "m.json"
+    assert sp.main(["measure", "--reference", "ref", "sleep 0.1", "--candidate", "x", "sleep {s}",
+                    "--tuned", f"x={path}", "--min-seconds", "0.1", "--out", str(out)]) == 0
+    m = json.loads(out.read_text())
+    assert m["candidates"][0]["command"] == "sleep 0.03" and m["tuned"] == {"x": {"s": "0.03"}}
+
+
+def test_compare_checks_that_two_reruns_claim_within_ten_percent(tmp_path):
+    def rec(claim):
+        return {"results": {"student": {"claim": claim}}}
+
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    a.write_text(json.dumps(rec(10.0)))
+    b.write_text(json.dumps(rec(9.2)))
+    c.write_text(json.dumps(rec(8.5)))
+    assert sp.rerun_agreement(rec(10.0), rec(9.2))["student"]["within_10_percent"]
+    assert sp.main(["compare", str(a), str(b)]) == 0
+    assert sp.main(["compare", str(a), str(c)]) == 1
