@@ -283,6 +283,22 @@ def peak_memory(model, p, device):
     return speed.activation_memory(model, p, device)
 
 
+def planner_row(sec, name, arch_flags, p, measured_bytes, checkpoint=False, device="cuda"):
+    """One row: the memory planner's prediction (``deepnmt-repro plan``'s counts, issue 81) for this
+    training step against CUDA's measured peak, so that the first GPU run measures the planner's error.
+    The counts run on the GPU (its attention kernels, fast); the planner itself counts on the CPU,
+    whose kernels may keep other attention tensors (docs/training.md says what to compare)."""
+    try:
+        from deepnmt_fairseq.repro.plan import compare_with_cuda
+
+        cmp = compare_with_cuda(arch_flags, p["bsz"], p["src"], p["tgt"], measured_bytes, precision="fp32",
+                                checkpoint=checkpoint, vocab=p["vocab"], device=device)
+        sec.row(name, "planner: predicted / CUDA peak MB of a training step", cmp["predicted_bytes"] / 2**20,
+                measured_bytes / 2**20, 1 + cmp["relative_error"], target="- (planner error, measured)")
+    except Exception as e:  # the planner's failure is a finding, not the end of the section
+        sec.skip(f"{name} (planner)", f"error: {type(e).__name__}: {e}"[:300])
+
+
 def section_throughput(sec, a, device, budget):
     import speed
 
@@ -315,6 +331,7 @@ def section_throughput(sec, a, device, budget):
             if device.type == "cuda":
                 sec.row(name, "peak MB of a training step above weights + Adam state", pk_ours / 2**20,
                         pk_ref / 2**20, pk_ours / pk_ref, target="- (measured)")
+                planner_row(sec, name, (arch, [*flags, *(tiny_flags if a.tiny else [])]), p, pk_ours)
             sec.row(name, "activation MB saved for backward", saved_ours / 2**20, saved_ref / 2**20,
                     saved_ours / saved_ref, target="- (measured)")
             rates, _enc = speed.time_decoding([ours, stock], p, device, 1, max(1, a.repeat // 2), beam=4)
@@ -342,8 +359,11 @@ def section_checkpointing(sec, a, device, budget):
     pk_o, saved_o = peak_memory(without, p, device)
     t_w, t_o = speed.time_training([with_, without], p, device, a.warmup, a.repeat)
     ntok = p["bsz"] * p["tgt"]
-    # ---- the memory rows: a planner's prediction against these measurements goes here (one sec.row)
-    if device.type == "cuda":
+    if device.type == "cuda":  # the planner's prediction against these measurements (issue 81)
+        planner_row(sec, "MSC-72", (arch, [*flags, *(tiny_flags if a.tiny else [])]), p, pk_o)
+        planner_row(sec, "MSC-72 (--checkpoint-activations)",
+                    (arch, [*flags, "--checkpoint-activations", *(tiny_flags if a.tiny else [])]), p, pk_w,
+                    checkpoint=True)
         sec.row("MSC-72", "peak MB of a training step, with vs without --checkpoint-activations", pk_w / 2**20,
                 pk_o / 2**20, pk_w / pk_o, target="<= 0.6", ok=timed(a, pk_w / pk_o <= 0.6))
     sec.row("MSC-72", "activation MB saved for backward, with vs without", saved_w / 2**20, saved_o / 2**20,

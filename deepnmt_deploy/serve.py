@@ -544,7 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="deepnmt-serve", description=HELP, formatter_class=HelpFormatter)
     p.add_argument("--model", required=True, help="directory written by deepnmt-export-ct2")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
-    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--port", type=int, default=8080, help="TCP port to listen on")
     p.add_argument("--name", default="", help="the model's name in answers and on the page (default: the directory's)")
     p.add_argument("--api-key", default=None,
                    help=f"require this key (header 'Authorization: Bearer KEY' or 'X-API-Key'); default: ${API_KEY_ENV} "

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,20 @@ def test_lease_setup_unpacks_a_pack_and_writes_console_script_shims(tmp_path, mo
         assert out.stdout.strip() == f"shim ok {script} ['a', 'b c']", out.stderr
     monkeypatch.setitem(lease.PACKS, "gone", lease.Pack("gone", (), (), (), 0.1))
     assert lease.setup(["gone"], site) == 2  # a pack not carried: says which file and how to make it
+
+
+def test_the_planner_row_compares_the_planners_prediction_with_a_measured_peak():
+    """Issue 81's row of the device check: the planner's predicted bytes for the step against the
+    measured peak, as a ratio; a planner failure is recorded as a skip of that row, not a crash."""
+    import gpu_check
+
+    a = types.SimpleNamespace(tiny=True)
+    p = gpu_check.shape(a)
+    arch, flags, tiny_flags, _ = gpu_check.ARCHS["MSC-72 (msc_iwslt_72l)"]
+    sec = gpu_check.Section("memory")
+    gpu_check.planner_row(sec, "MSC-72", (arch, [*flags, *tiny_flags]), p, 50 * 2**20, device="cpu")
+    (row,) = sec.rows
+    assert row["reference"] == 50.0 and row["ours"] > 0
+    assert row["ratio"] == pytest.approx(row["ours"] / row["reference"], rel=1e-9)
+    gpu_check.planner_row(sec, "broken", ("no_such_arch", []), p, 1.0, device="cpu")
+    assert sec.skipped and sec.skipped[-1]["item"] == "broken (planner)" and "error" in sec.skipped[-1]["why"]
