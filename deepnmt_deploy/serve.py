@@ -554,7 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("search (as deepnmt-translate's)")
     g.add_argument("--beam", type=int, default=d.beam, help="beam size when a request gives none")
     g.add_argument("--max-beam", type=int, default=d.max_beam, help="largest beam a request may ask for")
-    g.add_argument("--lenpen", type=float, default=d.lenpen)
+    g.add_argument("--lenpen", type=float, default=d.lenpen, help="length penalty, as fairseq-generate's --lenpen")
     g.add_argument("--max-len", type=int, default=d.max_len, help="longest hypothesis in subword tokens")
     g.add_argument("--batch-size", type=int, default=d.batch_size,
                    help="sentences per CTranslate2 batch (a model call is cut into such batches)")
@@ -571,14 +571,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-sentences", type=int, default=d.max_sentences, help="sentences per request (422 above)")
     g = p.add_argument_group("engine")
     g.add_argument("--device", default=d.device, help="cpu, cuda or auto")
-    g.add_argument("--compute-type", default=d.compute_type)
+    g.add_argument("--compute-type", default=d.compute_type,
+                   help="CTranslate2 compute type (default: the exported weights' type)")
     g.add_argument("--intra-threads", type=int, default=d.intra_threads, help="threads per batch")
     g.add_argument("--inter-threads", type=int, default=d.inter_threads,
                    help="model calls run in parallel (and CTranslate2 batches in parallel)")
     g.add_argument("--no-vmap", action="store_true",
                    help="the whole target vocabulary even where the export has a vocabulary shortlist (as "
                         "deepnmt-translate --no-vmap; the shortlist is used by default when present)")
-    p.add_argument("--log-level", default="info")
+    p.add_argument("--log-level", default="info", help="uvicorn's log level (debug, info, warning, error)")
     return p
 
 
