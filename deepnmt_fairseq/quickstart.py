@@ -131,8 +131,7 @@ def train(work: Path, bin_dir: Path, a) -> Path:
 
 # ---------------------------------------------------------------- step 5-6
 def evaluate(work: Path, bin_dir: Path, model: Path, a, out_dir: Path | None = None) -> dict:
-    import sacrebleu
-    from sacremoses import MosesDetokenizer
+    from . import scoring
 
     out_dir = out_dir or work / "eval"
     results = out_dir / "results.json"
@@ -160,18 +159,16 @@ def evaluate(work: Path, bin_dir: Path, model: Path, a, out_dir: Path | None = N
     gen_log = out_dir / "generate-test.log"
     speed = re.search(r"Translated [\d,]+ sentences \(([\d,]+) tokens\) in ([\d.]+)s",
                       gen_log.read_text(encoding="utf-8") if gen_log.exists() else "")
-    md = MosesDetokenizer(lang=TGT)
-    detok = [md.detokenize(hyps[i].split()) for i in range(len(refs))]
+    detok = scoring.detokenize([hyps[i] for i in range(len(refs))], TGT, join_at=False)
     hyp_file = out_dir / f"test.hyp.{TGT}"
     hyp_file.write_text("\n".join(detok) + "\n", encoding="utf-8")
-    metric = sacrebleu.BLEU()
-    bleu = metric.corpus_score(detok, [refs])
-    copy = sacrebleu.corpus_bleu(srcs, [refs])
+    bleu = scoring.corpus_bleu(detok, refs)
+    copy = scoring.corpus_bleu(srcs, refs)
     tok_refs = (tok / f"test.tok.{TGT}").read_text(encoding="utf-8").splitlines()
-    tok_bleu = sacrebleu.corpus_bleu([hyps[i] for i in range(len(refs))], [tok_refs], tokenize="none", force=True)
+    tok_bleu = scoring.corpus_bleu([hyps[i] for i in range(len(refs))], tok_refs, tokenize="none", force=True)
     res = {
         "sacrebleu": round(bleu.score, 2),
-        "signature": str(metric.get_signature()),
+        "signature": bleu.signature,
         "tokenized_bleu": round(tok_bleu.score, 2),
         "copy_source_sacrebleu": round(copy.score, 2),
         "sentences": len(refs),

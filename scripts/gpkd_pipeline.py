@@ -76,16 +76,15 @@ def bleu(data, ckpt: Path, out: Path, gen_args, cpu):
             log("$ " + " ".join(shlex.quote(c) for c in cmd))
             subprocess.run(cmd, check=True, env=child_env(), stdout=f)
         out.with_suffix(".partial").replace(out)
-    import sacrebleu
-
     from deepnmt_fairseq.generate_output import parse_generate
+    from deepnmt_fairseq.scoring import corpus_bleu
 
     parsed = parse_generate(out.read_text(encoding="utf-8"))
     hyps, refs = parsed["hyps"], parsed["refs"]
     ids = sorted(refs)
     if sorted(hyps) != ids:
         raise SystemExit(f"{out}: {len(hyps)} hypotheses for {len(ids)} references")
-    score = sacrebleu.corpus_bleu([hyps[i] for i in ids], [[refs[i] for i in ids]], tokenize="none", force=True)
+    score = corpus_bleu([hyps[i] for i in ids], [refs[i] for i in ids], tokenize="none", force=True)
     return round(score.score, 2)
 
 

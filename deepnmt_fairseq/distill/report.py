@@ -234,10 +234,12 @@ class Measure:
 
 
 def sacrebleu_of(hyps: List[str], refs: List[str]) -> Dict[str, object]:
-    import sacrebleu
+    """A system's row of the report: sacreBLEU (the one scorer, :func:`deepnmt_fairseq.scoring.corpus_bleu`)
+    rounded to 2 places, and its signature."""
+    from ..scoring import corpus_bleu
 
-    metric = sacrebleu.BLEU()
-    return {"sacrebleu": round(metric.corpus_score(hyps, [refs]).score, 2), "signature": str(metric.get_signature())}
+    bleu = corpus_bleu(hyps, refs)
+    return {"sacrebleu": round(bleu.score, 2), "signature": bleu.signature}
 
 
 def build_report(r: ReportInputs, log: Callable[[str], None] = print) -> dict:

@@ -29,7 +29,7 @@ from ..analysis.logs import parse_train_log
 from ..console import child_env
 from ..generate_output import parse_generate
 from ..jobs.fairseq_argv import fairseq_generate
-from . import scoring
+from .. import scoring
 from .commands import (
     Paths,
     ReproError,
