@@ -44,7 +44,8 @@ from pathlib import Path
 
 from deepnmt_data import small_corpus
 
-from .jobs.fairseq_argv import fairseq_generate, fairseq_train
+from .jobs.decode import Search, generate, generate_command
+from .jobs.fairseq_argv import fairseq_train
 from .jobs.runner import Runner, settings_guard
 from .jobs.stage import Stage, make_log
 
@@ -132,6 +133,7 @@ def train(work: Path, bin_dir: Path, a) -> Path:
 # ---------------------------------------------------------------- step 5-6
 def evaluate(work: Path, bin_dir: Path, model: Path, a, out_dir: Path | None = None) -> dict:
     from . import scoring
+    from .console import child_env
 
     out_dir = out_dir or work / "eval"
     results = out_dir / "results.json"
@@ -140,14 +142,13 @@ def evaluate(work: Path, bin_dir: Path, model: Path, a, out_dir: Path | None = N
     out_dir.mkdir(parents=True, exist_ok=True)
     gen = out_dir / "generate-test.txt"
     if not gen.exists():
-        tmp = gen.with_suffix(".partial")
+        argv = generate_command(bin_dir, model, Search(beam=5, lenpen="1.0", batch_size=64, max_len_a=1.2,
+                                                       max_len_b=a.max_len_b, remove_bpe=True), "test",
+                                cpu=True, resolve=True)
+        log("$ " + " ".join(argv))
         # fairseq's log (its "Translated ... tokens/s" line) goes to stderr
-        with open(tmp, "w", encoding="utf-8") as f, open(out_dir / "generate-test.log", "w", encoding="utf-8") as e:
-            run(fairseq_generate(bin_dir, ["--path", model, "--gen-subset", "test", "--beam", "5", "--lenpen",
-                                           "1.0", "--batch-size", "64", "--max-len-a", "1.2", "--max-len-b",
-                                           a.max_len_b, "--required-batch-size-multiple", "1", "--remove-bpe",
-                                           "--cpu"]), stdout=f, stderr=e)
-        tmp.replace(gen)
+        generate(argv, gen, stderr=out_dir / "generate-test.log",
+                 env=child_env(dict(os.environ, PYTHONUNBUFFERED="1")))
     from deepnmt_fairseq.generate_output import parse_generate
 
     hyps = parse_generate(gen.read_text(encoding="utf-8"))["hyps"]
