@@ -59,7 +59,7 @@ log = make_log("quickstart", stdout=True)
 
 
 def run(cmd, **kw) -> None:
-    """``cmd``: a console script of this environment by name (``fairseq-preprocess``...), then its
+    """``cmd``: a console script of this environment by name (``deepnmt-distill``), then its
     arguments; for the commands whose output goes to files of their own (``stdout=``, ``stderr=``);
     the training stages run on the project's runner (:func:`train`)."""
     # exe: the script beside this interpreter; child_env: the known-harmless warnings of fairseq's children
@@ -78,8 +78,11 @@ def prepare(work: Path, bpe_merges: int, train_pairs: int | None = None, data: P
     data preparation, :func:`deepnmt_data.small_corpus.prepare`, with the quickstart's log.
 
     ``train_pairs`` keeps only the first N training pairs (smoke tests)."""
+    from .console import child_env
+
     return small_corpus.prepare(work, bpe_merges, data, train_pairs, SRC, TGT, log=log,
-                                binarize=lambda argv: run(["fairseq-preprocess", *argv]))
+                                binarize=lambda argv: small_corpus.fairseq_preprocess(
+                                    argv, env=child_env(dict(os.environ, PYTHONUNBUFFERED="1")), log=log))
 
 
 # ---------------------------------------------------------------- step 3-4

@@ -174,3 +174,20 @@ def test_complete_or_nothing_for_a_directory(tmp_path):
         tmp.mkdir()
         (tmp / "train.bin").write_text("whole")
     assert (out / "train.bin").read_text() == "whole" and not partial_path(out).exists()
+
+
+def test_the_one_fairseq_preprocess_command_keeps_each_callers_arguments():
+    """deepnmt_data.preprocess.preprocess_argv: the small corpora's / deepnmt-prepare-data's joined
+    dictionary, deepnmt-skd's teacher dictionaries, deep_stability's vocabulary size."""
+    from deepnmt_data.preprocess import preprocess_argv
+
+    assert preprocess_argv("en", "de", "bin", trainpref="t/train.bpe", validpref="t/valid.bpe", testpref="t/test.bpe",
+                           joined=True, workers=2) == [
+        "--source-lang", "en", "--target-lang", "de", "--trainpref", "t/train.bpe", "--validpref", "t/valid.bpe",
+        "--testpref", "t/test.bpe", "--destdir", "bin", "--joined-dictionary", "--workers", "2"]
+    assert preprocess_argv("en", "de", "out.partial", trainpref="text/train", srcdict="d/dict.en.txt",
+                           tgtdict="d/dict.de.txt", workers=3) == [
+        "--source-lang", "en", "--target-lang", "de", "--trainpref", "text/train", "--destdir", "out.partial",
+        "--srcdict", "d/dict.en.txt", "--tgtdict", "d/dict.de.txt", "--workers", "3"]
+    assert preprocess_argv("en", "de", "o", trainpref="r/train", nwords=4000)[-6:] == [
+        "--nwordssrc", "4000", "--nwordstgt", "4000", "--workers", "1"]

@@ -26,8 +26,10 @@ from concurrent.futures import ThreadPoolExecutor
 from queue import Queue
 from typing import Dict, List, Optional, Tuple
 
+from deepnmt_data.preprocess import fairseq_preprocess, preprocess_argv
+
 from .. import generate_output
-from ..console import child_env, exe
+from ..console import child_env
 from ..jobs.decode import GenerateError, Search, complete_or_nothing, generate, generate_command
 from ..jobs.stage import make_log
 
@@ -177,14 +179,13 @@ def run(a) -> int:
                 f.write(table[i] + "\n")
     try:  # a.output: there only when complete (it is empty or absent: checked above)
         with complete_or_nothing(a.output) as tmp_out:
-            res = subprocess.run([
-                exe("fairseq-preprocess"), "--source-lang", src, "--target-lang", tgt,
-                "--trainpref", os.path.join(text, "train"), "--destdir", str(tmp_out),
-                "--srcdict", os.path.join(a.data, f"dict.{src}.txt"), "--tgtdict", os.path.join(a.data, f"dict.{tgt}.txt"),
-                "--workers", str(a.workers),
-            ], env=child_env())
-            if res.returncode != 0:
-                raise RuntimeError("fairseq-preprocess failed")
+            try:
+                fairseq_preprocess(preprocess_argv(src, tgt, tmp_out, trainpref=os.path.join(text, "train"),
+                                                   srcdict=os.path.join(a.data, f"dict.{src}.txt"),
+                                                   tgtdict=os.path.join(a.data, f"dict.{tgt}.txt"),
+                                                   workers=a.workers), env=child_env(), log=log)
+            except subprocess.CalledProcessError:
+                raise RuntimeError("fairseq-preprocess failed") from None
             for split in ("valid", "test"):
                 for path in glob.glob(os.path.join(a.data, f"{split}*.{src}-{tgt}.*")):
                     shutil.copy2(path, tmp_out)
