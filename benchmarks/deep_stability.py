@@ -35,8 +35,8 @@ import sys
 import time
 from pathlib import Path
 
+from deepnmt_data.preprocess import fairseq_preprocess, preprocess_argv
 from deepnmt_fairseq.analysis.logs import parse_json_lines, series
-from deepnmt_fairseq.console import exe
 from deepnmt_fairseq.jobs.fairseq_argv import fairseq_train
 from deepnmt_fairseq.jobs.stage import make_log
 
@@ -69,10 +69,8 @@ def prepare(work: Path) -> Path:
             with gzip.open(CORPUS / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
                 (raw / f"{split}.{lang}").write_text(f.read(), encoding="utf-8")
     shutil.rmtree(out, ignore_errors=True)
-    subprocess.run([exe("fairseq-preprocess"), "--source-lang", "en", "--target-lang", "de",
-                    "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"), "--destdir", str(out),
-                    "--nwordssrc", "4000", "--nwordstgt", "4000", "--workers", "1"],
-                   check=True, capture_output=True)
+    fairseq_preprocess(preprocess_argv("en", "de", out, trainpref=raw / "train", validpref=raw / "valid", nwords=4000,
+                                       workers=1), log=None, quiet=True)
     (out / ".done").write_text("")
     return out
 

@@ -103,11 +103,10 @@ def main(argv=None) -> int:
 
         save_atomic(average(newest_checkpoints(a.average_dir, 3)), a.checkpoint)
 
-    import sacrebleu
     import torch
-    from sacremoses import MosesDetokenizer
 
     import deepnmt_fairseq  # noqa: F401
+    from deepnmt_fairseq.scoring import corpus_bleu, detokenize
     from fairseq import checkpoint_utils
     from fidelity_stats import encode_stats, sentence_stats
 
@@ -125,14 +124,13 @@ def main(argv=None) -> int:
     if a.unk_gap:
         res["valid_nll_unk_source"] = round(valid_nll(model, task, True), 4)
         res["unk_gap"] = round(res["valid_nll_unk_source"] - res["valid_nll"], 4)
-    md = MosesDetokenizer(lang="de")
     splits = (("test", "bleu"),) + ((("trainsample", "train_bleu"),) if not a.no_train_sample else ())
     for split, key in () if a.valid_only else splits:
         refs = (Path(a.raw) / f"{split}.raw.de").read_text(encoding="utf-8").splitlines()
-        hyps = [md.detokenize(h.split()) for h in translate(model, task, split)]
+        hyps = detokenize(translate(model, task, split), "de", join_at=False)
         if len(hyps) != len(refs):
             raise SystemExit(f"{split}: {len(hyps)} translations for {len(refs)} references")
-        res[key] = round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
+        res[key] = round(corpus_bleu(hyps, refs).score, 2)
         if split == "test":  # sacreBLEU's statistics per sentence: the paired bootstrap's input
             res["test_stats"] = encode_stats(sentence_stats(hyps, refs))
     print(json.dumps(res))

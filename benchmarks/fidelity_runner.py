@@ -476,6 +476,7 @@ def prepare(p: Preset, work: Path) -> Tuple[Path, Path]:
     and BPE) plus the ``trainsample`` split: the first ``train_sample`` training pairs, binarized with
     the same dictionary."""
     from deepnmt_data import small_corpus  # the one data preparation (the quickstart's too)
+    from deepnmt_data.preprocess import preprocess_argv
     from deepnmt_fairseq.console import child_env, exe
 
     corpus = Path(p.corpus) if p.corpus else small_corpus.EMBEDDED
@@ -496,9 +497,9 @@ def prepare(p: Preset, work: Path) -> Tuple[Path, Path]:
                 (tok / f"trainsample.{kind}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
         tmp = work / "trainsample-bin"
         shutil.rmtree(tmp, ignore_errors=True)
-        subprocess.run([exe("fairseq-preprocess"), "--source-lang", "en", "--target-lang", "de", "--testpref",
-                        str(tok / "trainsample.bpe"), "--destdir", str(tmp), "--srcdict", str(data / "dict.en.txt"),
-                        "--tgtdict", str(data / "dict.de.txt"), "--workers", "1"], check=True, capture_output=True)
+        small_corpus.fairseq_preprocess(
+            preprocess_argv("en", "de", tmp, testpref=tok / "trainsample.bpe", srcdict=data / "dict.en.txt",
+                            tgtdict=data / "dict.de.txt", workers=1), log=None, quiet=True)
         for f in tmp.glob("test.en-de.*"):
             shutil.copy(f, data / f.name.replace("test.", "trainsample.", 1))
         shutil.rmtree(tmp)

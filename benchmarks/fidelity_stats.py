@@ -28,11 +28,12 @@ ALPHA = 0.05
 
 
 def sentence_stats(hyps: Sequence[str], refs: Sequence[str]) -> List[List[int]]:
-    """sacreBLEU's per-sentence statistics (13a tokenization, as ``corpus_bleu``): one list of 10
-    ints per sentence, [hyp length, ref length, matches 1..4, totals 1..4]."""
-    from sacrebleu.metrics import BLEU
+    """sacreBLEU's per-sentence statistics (:func:`deepnmt_fairseq.scoring.sentence_stats`: 13a
+    tokenization, as ``corpus_bleu``): one list of 10 ints per sentence, [hyp length, ref length,
+    matches 1..4, totals 1..4]."""
+    from deepnmt_fairseq.scoring import sentence_stats as stats
 
-    return [[int(x) for x in row] for row in BLEU()._extract_corpus_statistics(list(hyps), [list(refs)])]
+    return stats(hyps, refs)
 
 
 def encode_stats(stats: Sequence[Sequence[int]]) -> str:
@@ -47,10 +48,10 @@ def decode_stats(text: Optional[str]) -> Optional[List[List[int]]]:
 
 
 def bleu_from_stats(totals) -> float:
-    """Corpus BLEU of summed statistics (sacreBLEU's formula: exp smoothing off, brevity penalty)."""
-    from sacrebleu.metrics import BLEU
+    """Corpus BLEU of summed statistics (:func:`deepnmt_fairseq.scoring.bleu_from_stats`)."""
+    from deepnmt_fairseq.scoring import bleu_from_stats as bleu
 
-    return float(BLEU()._compute_score_from_stats([int(x) for x in totals]).score)
+    return bleu(totals)
 
 
 def _bleu_rows(sums):

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import gzip
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Callable, List, Mapping, Optional
+from typing import Callable, List, Optional
+
+from .preprocess import fairseq_preprocess, preprocess_argv  # noqa: F401 - fairseq_preprocess: the default binarize
 
 #: the LibreOffice help corpus (en->de) that a checkout of the repository ships
 EMBEDDED = Path(__file__).resolve().parents[1] / "data" / "libreoffice-help" / "en-de"
@@ -41,14 +41,6 @@ def fresh_dir(path: Path) -> Path:
         shutil.rmtree(path)
     path.mkdir(parents=True)
     return path
-
-
-def fairseq_preprocess(argv: List[str], env: Optional[Mapping[str, str]] = None,
-                       log: Callable[[str], None] = print) -> None:
-    """``fairseq-preprocess ARGV`` in a process of this interpreter (its output on the console)."""
-    log("$ fairseq-preprocess " + " ".join(argv))
-    subprocess.run([sys.executable, "-m", "fairseq_cli.preprocess", *argv], check=True,
-                   env=None if env is None else dict(env))
 
 
 def prepare(work: Path, bpe_merges: int, data: Path = EMBEDDED, train_pairs: Optional[int] = None,
@@ -97,9 +89,8 @@ def prepare(work: Path, bpe_merges: int, data: Path = EMBEDDED, train_pairs: Opt
                 "\n".join(bpe.process_line(ln) for ln in lines) + "\n", encoding="utf-8"
             )
     fresh_dir(bin_dir)
-    argv = ["--source-lang", src, "--target-lang", tgt, "--trainpref", str(tok / "train.bpe"),
-            "--validpref", str(tok / "valid.bpe"), "--testpref", str(tok / "test.bpe"), "--destdir", str(bin_dir),
-            "--joined-dictionary", "--workers", "2"]
+    argv = preprocess_argv(src, tgt, bin_dir, trainpref=tok / "train.bpe", validpref=tok / "valid.bpe",
+                           testpref=tok / "test.bpe", joined=True, workers=2)
     (binarize or (lambda a: fairseq_preprocess(a, log=log)))(argv)
     mark(bin_dir)
     return bin_dir

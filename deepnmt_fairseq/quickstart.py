@@ -45,7 +45,8 @@ from typing import Dict, Optional
 
 from deepnmt_data import small_corpus
 
-from .jobs.fairseq_argv import fairseq_generate, fairseq_train
+from .jobs.decode import Search, generate, generate_command
+from .jobs.fairseq_argv import fairseq_train
 from .jobs.runner import Runner, settings_guard
 from .jobs.stage import Stage, make_log
 
@@ -59,7 +60,7 @@ log = make_log("quickstart", stdout=True)
 
 
 def run(cmd, **kw) -> None:
-    """``cmd``: a console script of this environment by name (``fairseq-preprocess``...), then its
+    """``cmd``: a console script of this environment by name (``deepnmt-distill``), then its
     arguments; for the commands whose output goes to files of their own (``stdout=``, ``stderr=``);
     the training stages run on the project's runner (:func:`train`)."""
     # exe: the script beside this interpreter; child_env: the known-harmless warnings of fairseq's children
@@ -78,8 +79,11 @@ def prepare(work: Path, bpe_merges: int, train_pairs: int | None = None, data: P
     data preparation, :func:`deepnmt_data.small_corpus.prepare`, with the quickstart's log.
 
     ``train_pairs`` keeps only the first N training pairs (smoke tests)."""
+    from .console import child_env
+
     return small_corpus.prepare(work, bpe_merges, data, train_pairs, SRC, TGT, log=log,
-                                binarize=lambda argv: run(["fairseq-preprocess", *argv]))
+                                binarize=lambda argv: small_corpus.fairseq_preprocess(
+                                    argv, env=child_env(dict(os.environ, PYTHONUNBUFFERED="1")), log=log))
 
 
 # ---------------------------------------------------------------- step 3-4
@@ -132,8 +136,8 @@ def train(work: Path, bin_dir: Path, a) -> Path:
 
 # ---------------------------------------------------------------- step 5-6
 def evaluate(work: Path, bin_dir: Path, model: Path, a, out_dir: Path | None = None) -> dict:
-    import sacrebleu
-    from sacremoses import MosesDetokenizer
+    from . import scoring
+    from .console import child_env
 
     out_dir = out_dir or work / "eval"
     results = out_dir / "results.json"
@@ -142,14 +146,13 @@ def evaluate(work: Path, bin_dir: Path, model: Path, a, out_dir: Path | None = N
     out_dir.mkdir(parents=True, exist_ok=True)
     gen = out_dir / "generate-test.txt"
     if not gen.exists():
-        tmp = gen.with_suffix(".partial")
+        argv = generate_command(bin_dir, model, Search(beam=5, lenpen="1.0", batch_size=64, max_len_a=1.2,
+                                                       max_len_b=a.max_len_b, remove_bpe=True), "test",
+                                cpu=True, resolve=True)
+        log("$ " + " ".join(argv))
         # fairseq's log (its "Translated ... tokens/s" line) goes to stderr
-        with open(tmp, "w", encoding="utf-8") as f, open(out_dir / "generate-test.log", "w", encoding="utf-8") as e:
-            run(fairseq_generate(bin_dir, ["--path", model, "--gen-subset", "test", "--beam", "5", "--lenpen",
-                                           "1.0", "--batch-size", "64", "--max-len-a", "1.2", "--max-len-b",
-                                           a.max_len_b, "--required-batch-size-multiple", "1", "--remove-bpe",
-                                           "--cpu"]), stdout=f, stderr=e)
-        tmp.replace(gen)
+        generate(argv, gen, stderr=out_dir / "generate-test.log",
+                 env=child_env(dict(os.environ, PYTHONUNBUFFERED="1")))
     from deepnmt_fairseq.generate_output import parse_generate
 
     hyps = parse_generate(gen.read_text(encoding="utf-8"))["hyps"]
@@ -161,18 +164,16 @@ def evaluate(work: Path, bin_dir: Path, model: Path, a, out_dir: Path | None = N
     gen_log = out_dir / "generate-test.log"
     speed = re.search(r"Translated [\d,]+ sentences \(([\d,]+) tokens\) in ([\d.]+)s",
                       gen_log.read_text(encoding="utf-8") if gen_log.exists() else "")
-    md = MosesDetokenizer(lang=TGT)
-    detok = [md.detokenize(hyps[i].split()) for i in range(len(refs))]
+    detok = scoring.detokenize([hyps[i] for i in range(len(refs))], TGT, join_at=False)
     hyp_file = out_dir / f"test.hyp.{TGT}"
     hyp_file.write_text("\n".join(detok) + "\n", encoding="utf-8")
-    metric = sacrebleu.BLEU()
-    bleu = metric.corpus_score(detok, [refs])
-    copy = sacrebleu.corpus_bleu(srcs, [refs])
+    bleu = scoring.corpus_bleu(detok, refs)
+    copy = scoring.corpus_bleu(srcs, refs)
     tok_refs = (tok / f"test.tok.{TGT}").read_text(encoding="utf-8").splitlines()
-    tok_bleu = sacrebleu.corpus_bleu([hyps[i] for i in range(len(refs))], [tok_refs], tokenize="none", force=True)
+    tok_bleu = scoring.corpus_bleu([hyps[i] for i in range(len(refs))], tok_refs, tokenize="none", force=True)
     res = {
         "sacrebleu": round(bleu.score, 2),
-        "signature": str(metric.get_signature()),
+        "signature": bleu.signature,
         "tokenized_bleu": round(tok_bleu.score, 2),
         "copy_source_sacrebleu": round(copy.score, 2),
         "sentences": len(refs),

@@ -50,11 +50,10 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
-from deepnmt_fairseq.jobs.fairseq_argv import fairseq_generate
+from deepnmt_fairseq.jobs.decode import Search, generate, generate_command
 from deepnmt_fairseq.jobs.stage import make_log
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,24 +67,19 @@ log = make_log("gpkd", stdout=True)
 
 def bleu(data, ckpt: Path, out: Path, gen_args, cpu):
     if not out.exists():
-        with open(out.with_suffix(".partial"), "w") as f:
-            from deepnmt_fairseq.console import child_env
-
-            cmd = fairseq_generate(data, ["--path", ckpt, "--gen-subset", "test", "--required-batch-size-multiple",
-                                          "1", "--remove-bpe", *gen_args, *(["--cpu"] if cpu else [])], resolve=True)
-            log("$ " + " ".join(shlex.quote(c) for c in cmd))
-            subprocess.run(cmd, check=True, env=child_env(), stdout=f)
-        out.with_suffix(".partial").replace(out)
-    import sacrebleu
-
+        # the search settings are --gen-args (default: the paper's beam 4, lenpen 0.6, batch 64)
+        cmd = generate_command(data, ckpt, Search(remove_bpe=True), "test", extra=gen_args, cpu=cpu, resolve=True)
+        log("$ " + " ".join(shlex.quote(c) for c in cmd))
+        generate(cmd, out, stderr=None)
     from deepnmt_fairseq.generate_output import parse_generate
+    from deepnmt_fairseq.scoring import corpus_bleu
 
     parsed = parse_generate(out.read_text(encoding="utf-8"))
     hyps, refs = parsed["hyps"], parsed["refs"]
     ids = sorted(refs)
     if sorted(hyps) != ids:
         raise SystemExit(f"{out}: {len(hyps)} hypotheses for {len(ids)} references")
-    score = sacrebleu.corpus_bleu([hyps[i] for i in ids], [[refs[i] for i in ids]], tokenize="none", force=True)
+    score = corpus_bleu([hyps[i] for i in ids], [refs[i] for i in ids], tokenize="none", force=True)
     return round(score.score, 2)
 
 

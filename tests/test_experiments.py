@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from deepnmt_fairseq.repro import commands, scoring
+from deepnmt_fairseq import scoring
+from deepnmt_fairseq.repro import commands
 from deepnmt_fairseq.repro import registry as experiments
 from deepnmt_fairseq.repro.spec import DATASETS, ExtractStage, batch_plan, update_freq
 

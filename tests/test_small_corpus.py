@@ -43,7 +43,8 @@ def test_the_quickstart_prepares_its_corpus_with_it(tmp_path, monkeypatch):
 
     data = _corpus(tmp_path / "corpus")
     ran = []
-    monkeypatch.setattr(quickstart, "run", lambda cmd, **kw: ran.append([str(c) for c in cmd]))
+    monkeypatch.setattr(small_corpus, "fairseq_preprocess",
+                        lambda argv, **kw: ran.append(["fairseq-preprocess", *(str(c) for c in argv)]))
     monkeypatch.setattr(quickstart, "log", lambda msg: None)
     out = quickstart.prepare(tmp_path / "qs", 20, 5, data)
     ours = []

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..preprocess import preprocess_argv
 from .common import SPLITS, DataPrepError, Log
 
 
 def binarize(bpe: Path, out: Path, s: str, t: str, workers: int, want: dict, log: Log) -> dict:
     """Binarize ``bpe/{train,valid,test}.{s,t}`` into ``out``; ``want``: split -> sentence count."""
-    argv = ["--source-lang", s, "--target-lang", t, "--trainpref", str(bpe / "train"),
-            "--validpref", str(bpe / "valid"), "--testpref", str(bpe / "test"), "--destdir", str(out),
-            "--joined-dictionary", "--workers", str(workers)]
+    argv = preprocess_argv(s, t, out, trainpref=bpe / "train", validpref=bpe / "valid", testpref=bpe / "test",
+                           joined=True, workers=workers)
     log("bin: fairseq-preprocess " + " ".join(argv))
     from fairseq import options
     from fairseq.data import Dictionary, data_utils

@@ -85,9 +85,10 @@ def read_hypotheses(path: str, n: Optional[int] = None) -> List[str]:
 
 
 def corpus_bleu(hyps: Sequence[str], refs: Sequence[str], tokenize: str = "13a") -> float:
-    import sacrebleu
+    """sacreBLEU of ``hyps`` (the one scorer, :func:`deepnmt_fairseq.scoring.corpus_bleu`)."""
+    from ..scoring import corpus_bleu as sacrebleu
 
-    return float(sacrebleu.corpus_bleu(list(hyps), [list(refs)], tokenize=tokenize).score)
+    return float(sacrebleu(hyps, refs, tokenize=tokenize).score)
 
 
 def bleu_by_part(hyps: Sequence[str], refs: Sequence[str], parts: Dict[str, Sequence[int]],

@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
-from ..jobs.fairseq_argv import fairseq_generate
+from ..jobs.decode import Search, generate, generate_command
 
 # its rate is computed from the unrounded time (the seconds printed are rounded to 0.1 s)
 _TRANSLATE = re.compile(r"deepnmt-translate: (\d+) lines, (\d+) target tokens in ([\d.]+) s \((\d+) tok/s\)")
@@ -182,14 +182,13 @@ class Measure:
         from ..generate_output import parse_generate
 
         r = self.r
-        argv = fairseq_generate(r.data, ["--path", model, "--gen-subset", "test", "--beam", r.beam, "--lenpen",
-                                         r.lenpen, "--max-len-a", r.max_len_a, "--max-len-b", r.max_len_b,
-                                         "--required-batch-size-multiple", "1", "--batch-size", s.batch_size,
-                                         *(["--distributed-world-size", shards, "--distributed-rank", 0]
-                                           if shards > 1 else []), *(["--cpu"] if r.cpu else [])])
+        argv = generate_command(r.data, model, Search(beam=r.beam, lenpen=r.lenpen, batch_size=s.batch_size,
+                                                      max_len_a=r.max_len_a, max_len_b=r.max_len_b), "test",
+                                shard=(0, shards) if shards > 1 else None, cpu=r.cpu)
         load = load_now()
         out = self.tmp / f"{name}-{tag or ('single' if s.batch_size == 1 else 'batched')}.generate.txt"
-        self._run(argv, out, out.with_suffix(".log"), self.env(s.threads))
+        self.log("$ " + " ".join(argv))
+        generate(argv, out, stderr=out.with_suffix(".log"), env=self.env(s.threads))
         parsed = parse_generate(out.read_text(encoding="utf-8") + out.with_suffix(".log").read_text(encoding="utf-8"))
         if "gen_tokens" not in parsed:
             raise RuntimeError(f"{out.with_suffix('.log')}: no 'Translated ... tokens' line from fairseq-generate")
@@ -234,10 +233,12 @@ class Measure:
 
 
 def sacrebleu_of(hyps: List[str], refs: List[str]) -> Dict[str, object]:
-    import sacrebleu
+    """A system's row of the report: sacreBLEU (the one scorer, :func:`deepnmt_fairseq.scoring.corpus_bleu`)
+    rounded to 2 places, and its signature."""
+    from ..scoring import corpus_bleu
 
-    metric = sacrebleu.BLEU()
-    return {"sacrebleu": round(metric.corpus_score(hyps, [refs]).score, 2), "signature": str(metric.get_signature())}
+    bleu = corpus_bleu(hyps, refs)
+    return {"sacrebleu": round(bleu.score, 2), "signature": bleu.signature}
 
 
 def build_report(r: ReportInputs, log: Callable[[str], None] = print) -> dict:

@@ -26,8 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from queue import Queue
 from typing import Dict, List, Optional, Tuple
 
+from deepnmt_data.preprocess import fairseq_preprocess, preprocess_argv
+
 from .. import generate_output
-from ..console import child_env, exe
+from ..console import child_env
+from ..jobs.decode import GenerateError, Search, complete_or_nothing, generate, generate_command
 from ..jobs.stage import make_log
 
 
@@ -82,35 +85,25 @@ def job_envs(jobs: int, cpu: bool, env: Optional[Dict[str, str]] = None) -> List
     return out
 
 
-def translate_shard(a, shard: int, out_path: str, user_dir: str, env: Optional[Dict[str, str]] = None) -> None:
-    cmd = [exe("fairseq-generate"), a.data, "--user-dir", user_dir, "--path", a.teacher,
-           "--gen-subset", "train", "--beam", str(a.beam), "--lenpen", str(a.lenpen),
-           "--max-len-a", str(a.max_len_a), "--max-len-b", str(a.max_len_b),
-           "--required-batch-size-multiple", "1",
-           # fairseq-generate shards its batches by the (otherwise unused) distributed rank
-           "--distributed-world-size", str(a.shards), "--distributed-rank", str(shard),
-           "--nbest", "1"]
-    cmd += ["--max-tokens", str(a.max_tokens)] if a.max_tokens else ["--batch-size", str(a.batch_size)]
-    if a.cpu:
-        cmd.append("--cpu")
-    if a.fp16:
-        cmd.append("--fp16")
-    partial = out_path + ".partial"
-    with open(partial, "w", encoding="utf-8") as f:
-        res = subprocess.run(cmd, stdout=f, env=env or child_env())
-    if res.returncode != 0:
-        raise RuntimeError(f"fairseq-generate failed on shard {shard} (exit {res.returncode}); "
-                           f"re-run to resume from this shard")
-    os.replace(partial, out_path)
+def translate_shard(a, shard: int, out_path: str, env: Optional[Dict[str, str]] = None) -> None:
+    """The teacher's translations of shard ``shard`` of ``a.shards`` of the training split into
+    ``out_path`` (there only when complete: :func:`deepnmt_fairseq.jobs.decode.generate`)."""
+    batch = {"max_tokens": a.max_tokens} if a.max_tokens else {"batch_size": a.batch_size}
+    search = Search(beam=a.beam, lenpen=a.lenpen, max_len_a=a.max_len_a, max_len_b=a.max_len_b, nbest=1, **batch)
+    # fairseq-generate shards its batches by the (otherwise unused) distributed rank
+    cmd = generate_command(a.data, a.teacher, search, "train", shard=(shard, a.shards), cpu=a.cpu, fp16=a.fp16,
+                           resolve=True)
+    try:
+        generate(cmd, out_path, stderr=None, env=env or child_env())
+    except GenerateError as e:
+        raise RuntimeError(f"fairseq-generate failed on shard {shard} (exit {e.returncode}); "
+                           f"re-run to resume from this shard") from None
 
 
 def run(a) -> int:
     """``deepnmt-skd`` (arguments: :mod:`deepnmt_cli.skd`): translate the training split in shards,
     check every sentence came back once, binarize the SKD corpus with the teacher's dictionaries."""
     jobs = min(a.jobs, a.shards)
-
-    import deepnmt_fairseq
-
     if os.path.exists(os.path.join(a.output, ".done")):
         log(f"{a.output} is complete; nothing to do (remove it to rebuild)")
         return 0
@@ -143,7 +136,7 @@ def run(a) -> int:
         env = free.get()  # one job slot (its threads or GPU) per running shard
         try:
             t0 = time.time()
-            translate_shard(a, shard, outs[shard], deepnmt_fairseq.USER_DIR, env)
+            translate_shard(a, shard, outs[shard], env)
             with lock:
                 done_now.append(shard)
                 left = len(todo) - len(done_now)
@@ -184,24 +177,21 @@ def run(a) -> int:
         with open(os.path.join(text, f"train.{lang}"), "w", encoding="utf-8") as f:
             for i in range(n):
                 f.write(table[i] + "\n")
-    tmp_out = a.output.rstrip("/") + ".partial"
-    if os.path.exists(tmp_out):
-        shutil.rmtree(tmp_out)
-    res = subprocess.run([
-        exe("fairseq-preprocess"), "--source-lang", src, "--target-lang", tgt,
-        "--trainpref", os.path.join(text, "train"), "--destdir", tmp_out,
-        "--srcdict", os.path.join(a.data, f"dict.{src}.txt"), "--tgtdict", os.path.join(a.data, f"dict.{tgt}.txt"),
-        "--workers", str(a.workers),
-    ], env=child_env())
-    if res.returncode != 0:
-        print("error: fairseq-preprocess failed", file=sys.stderr)
+    try:  # a.output: there only when complete (it is empty or absent: checked above)
+        with complete_or_nothing(a.output) as tmp_out:
+            try:
+                fairseq_preprocess(preprocess_argv(src, tgt, tmp_out, trainpref=os.path.join(text, "train"),
+                                                   srcdict=os.path.join(a.data, f"dict.{src}.txt"),
+                                                   tgtdict=os.path.join(a.data, f"dict.{tgt}.txt"),
+                                                   workers=a.workers), env=child_env(), log=log)
+            except subprocess.CalledProcessError:
+                raise RuntimeError("fairseq-preprocess failed") from None
+            for split in ("valid", "test"):
+                for path in glob.glob(os.path.join(a.data, f"{split}*.{src}-{tgt}.*")):
+                    shutil.copy2(path, tmp_out)
+    except RuntimeError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 1
-    for split in ("valid", "test"):
-        for path in glob.glob(os.path.join(a.data, f"{split}*.{src}-{tgt}.*")):
-            shutil.copy2(path, tmp_out)
-    if os.path.exists(a.output):
-        os.rmdir(a.output)  # empty (checked above)
-    os.replace(tmp_out, a.output)
     with open(os.path.join(a.output, ".done"), "w") as f:
         f.write(f"teacher={os.path.abspath(a.teacher)} beam={a.beam} lenpen={a.lenpen} sentences={n}\n")
     log(f"SKD data in {a.output} ({n} sentences, {time.time() - start:.0f} s)")

@@ -6,6 +6,8 @@
   when done, resume, settings guard, tee to log, progress, rank-0 steps awaited with a timeout);
 * :mod:`.fairseq_argv`: the one ``fairseq-train`` / ``fairseq-generate`` command builder and
   ``--user-dir`` lookup;
+* :mod:`.decode`: the one decode path (fairseq-generate with named search settings into an output that
+  appears only when complete; scoring: :mod:`deepnmt_fairseq.scoring`);
 * :mod:`.cluster`: the one cluster policy (device detection, launches, distributed flags, the
   DDP backend from the model's options, the loud failures of the GPU path, the dataset check).
 

@@ -26,10 +26,9 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..analysis.logs import parse_train_log
-from ..console import child_env
 from ..generate_output import parse_generate
-from ..jobs.fairseq_argv import fairseq_generate
-from . import scoring
+from ..jobs.decode import Search, generate, generate_command
+from .. import scoring
 from .commands import (
     Paths,
     ReproError,
@@ -199,16 +198,10 @@ class Evaluator:
     def generate_argv(self, model: Path) -> List[str]:
         src, tgt = self.exp.lang_pair
         data = self.opts.paths.dataset_bin(self.exp, self.exp)
-        argv = fairseq_generate(data, ["--path", model, "--task", "translation", "--source-lang", src,
-                                       "--target-lang", tgt, "--gen-subset", self.opts.subset, "--beam", self.beam,
-                                       "--lenpen", f"{self.lenpen:g}", "--batch-size", self.batch,
-                                       "--required-batch-size-multiple", "1", "--remove-bpe", self.remove_bpe],
-                                resolve=True)
-        if self.cpu:
-            argv.append("--cpu")
-        if self.opts.fp16:
-            argv.append("--fp16")
-        return argv + self.opts.extra
+        search = Search(beam=self.beam, lenpen=f"{self.lenpen:g}", batch_size=self.batch, remove_bpe=self.remove_bpe)
+        return generate_command(data, model, search, self.opts.subset,
+                                task=["--task", "translation", "--source-lang", src, "--target-lang", tgt],
+                                cpu=self.cpu, fp16=self.opts.fp16, extra=self.opts.extra, resolve=True)
 
     def decode(self, model: Path) -> Path:
         suffix = f"-{self.tag}" if self.tag else ""
@@ -227,14 +220,8 @@ class Evaluator:
             old = set_aside(out)
             log(f"{out.name} is older than {model.name}; kept it as {old.name}")
         log("$ " + " ".join(argv))
-        partial = out.with_suffix(".partial")
         t0 = time.time()
-        with open(partial, "w", encoding="utf-8") as f:
-            rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=child_env()).returncode
-        if rc != 0:
-            tail = partial.read_text(encoding="utf-8", errors="replace")[-3000:]
-            raise ReproError(f"fairseq-generate failed (exit {rc}); its output is in {partial}:\n{tail}")
-        partial.replace(out)
+        generate(argv, out)  # fairseq's log in the output too; a failure raises (a ReproError) naming it
         log(f"decoded with {model.name} in {time.time() - t0:.0f} s -> {out}")
         return out
 

@@ -94,7 +94,7 @@ class SummarizationEvaluator(_evaluator_base()):
 
     def score(self, gen) -> Dict[str, object]:
         from ..generate_output import parse_generate
-        from . import scoring
+        from .. import scoring
 
         parsed = parse_generate(gen.read_text(encoding="utf-8", errors="replace"))
         refs, _, info = self.references(parsed["refs"])

@@ -1,7 +1,14 @@
-"""The papers' BLEU variants.  (fairseq-generate output is read by
+"""The one scorer: hypotheses and references -> sacreBLEU (with its signature) and the project's
+other metrics.  Every module that scores calls this one (the only importer of ``sacrebleu``):
+``deepnmt-repro evaluate``, the quickstart, ``deepnmt-distill``'s report, the GPKD pipeline, the
+difficulty analysis and the evidence study.  (fairseq-generate output is read by
 :func:`deepnmt_fairseq.generate_output.parse_generate`, fairseq-train logs by
-:mod:`deepnmt_fairseq.analysis.logs`.)
+:mod:`deepnmt_fairseq.analysis.logs`; decoding is :mod:`deepnmt_fairseq.jobs.decode`.)
 
+* **sacreBLEU** (:func:`corpus_bleu`): sacreBLEU's corpus BLEU with its options (default: 13a
+  tokenization, ``exp`` smoothing, as ``sacrebleu.corpus_bleu``), returned with its signature;
+  :func:`sentence_stats` / :func:`bleu_from_stats`: its statistics per sentence and the corpus BLEU
+  of summed statistics (the evidence study's paired bootstrap);
 * **tokenized BLEU** (``multi-bleu.perl``): corpus BLEU over whitespace tokens of the
   Moses-tokenized hypothesis and reference, no smoothing, ``-lc`` lowercases both.
   Computed with sacrebleu's API (``tokenize='none'``, ``smooth_method='none'``), which is
@@ -21,6 +28,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
@@ -31,6 +39,51 @@ def compound_split(line: str) -> str:
     """``perl -ple 's{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g'`` (same left-to-right, non-overlapping
     matching: ``a-b-c`` -> ``a ##AT##-##AT## b-c``, exactly as perl)."""
     return _COMPOUND.sub(r"\1 ##AT##-##AT## \2", line)
+
+
+@dataclass(frozen=True)
+class Bleu:
+    """A corpus BLEU: sacreBLEU's result (``result``, a ``BLEUScore``: ``score``, ``counts``,
+    ``totals``, ... read through) and the metric's signature."""
+
+    result: object
+    signature: str
+
+    def __getattr__(self, name: str):
+        if name in ("result", "signature") or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.result, name)
+
+    def __str__(self) -> str:
+        return str(self.result)
+
+
+def _metric(tokenize: Optional[str] = None, lowercase: bool = False, smooth_method: str = "exp",
+            force: bool = False):
+    from sacrebleu.metrics import BLEU
+
+    kw = {} if tokenize is None else {"tokenize": tokenize}
+    return BLEU(lowercase=lowercase, smooth_method=smooth_method, force=force, **kw)
+
+
+def corpus_bleu(hyps: Sequence[str], refs: Sequence[str], tokenize: Optional[str] = None, lowercase: bool = False,
+                smooth_method: str = "exp", force: bool = False) -> Bleu:
+    """sacreBLEU's corpus BLEU of ``hyps`` against one reference each (``tokenize``: sacreBLEU's
+    tokenizer, its default 13a when None; the other options as sacreBLEU's), with its signature.
+    The defaults are ``sacrebleu.corpus_bleu``'s and ``sacrebleu.BLEU()``'s."""
+    metric = _metric(tokenize, lowercase, smooth_method, force)
+    return Bleu(metric.corpus_score(list(hyps), [list(refs)]), str(metric.get_signature()))
+
+
+def sentence_stats(hyps: Sequence[str], refs: Sequence[str]) -> List[List[int]]:
+    """sacreBLEU's per-sentence statistics (13a tokenization, as :func:`corpus_bleu`): one list of 10
+    ints per sentence, [hyp length, ref length, matches 1..4, totals 1..4]."""
+    return [[int(x) for x in row] for row in _metric()._extract_corpus_statistics(list(hyps), [list(refs)])]
+
+
+def bleu_from_stats(totals) -> float:
+    """Corpus BLEU of summed statistics (sacreBLEU's formula: exp smoothing, brevity penalty)."""
+    return float(_metric()._compute_score_from_stats([int(x) for x in totals]).score)
 
 
 def _ngrams(tokens: Sequence[str], n: int) -> Counter:
@@ -71,13 +124,10 @@ def multi_bleu(hyps: Sequence[str], refs: Sequence[str], lowercase: bool = False
 
 
 def tokenized_bleu(hyps: Sequence[str], refs: Sequence[str], lowercase: bool = False):
-    """sacrebleu BLEUScore equal to multi-bleu.perl (tokenize none, no smoothing)."""
-    from sacrebleu.metrics import BLEU
-
+    """sacreBLEU equal to multi-bleu.perl (tokenize none, no smoothing)."""
     if len(hyps) != len(refs):
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
-    metric = BLEU(tokenize="none", lowercase=lowercase, smooth_method="none", force=True)
-    return metric.corpus_score(list(hyps), [list(refs)])
+    return corpus_bleu(hyps, refs, tokenize="none", lowercase=lowercase, smooth_method="none", force=True)
 
 
 def join_at_tokens(line: str) -> str:
@@ -85,23 +135,22 @@ def join_at_tokens(line: str) -> str:
     return _AT_JOIN.sub(r"\1", line)
 
 
-def detokenize(lines: Sequence[str], lang: str) -> List[str]:
+def detokenize(lines: Sequence[str], lang: str, join_at: bool = True) -> List[str]:
+    """Moses detokenization (sacremoses) of tokenized lines; ``join_at``: aggressive-hyphen tokens
+    (``@-@``) joined first (:func:`join_at_tokens`)."""
     from sacremoses import MosesDetokenizer
 
     md = MosesDetokenizer(lang=lang)
-    return [md.detokenize(join_at_tokens(ln).split()) for ln in lines]
+    return [md.detokenize((join_at_tokens(ln) if join_at else ln).split()) for ln in lines]
 
 
 def detok_sacrebleu(hyps_tok: Sequence[str], raw_refs: Sequence[str], lang: str, lowercase: bool = False):
     """(score, signature, detokenized hypotheses)."""
-    from sacrebleu.metrics import BLEU
-
     if len(hyps_tok) != len(raw_refs):
         raise ValueError(f"{len(hyps_tok)} hypotheses but {len(raw_refs)} references")
     detok = detokenize(hyps_tok, lang)
-    metric = BLEU(lowercase=lowercase)
-    score = metric.corpus_score(detok, [list(raw_refs)])
-    return score, str(metric.get_signature()), detok
+    bleu = corpus_bleu(detok, raw_refs, lowercase=lowercase)
+    return bleu.result, bleu.signature, detok
 
 
 # ---------------------------------------------------------------------- by sentence id
