@@ -20,7 +20,9 @@ from typing import Callable, Dict, List, Optional, Sequence
 # torch._dynamo: torch.optim imports it when the first optimizer is built (2 CPU-seconds in every
 # fairseq-train, measured with cProfile); sacremoses: fidelity_eval.py's detokenizer, the one import
 # left in every evaluation (1.2-1.7 CPU-seconds of its 3, measured with python -X importtime)
-PRELOAD = ("torch", "torch._dynamo", "fairseq_cli.train", "fairseq_cli.generate", "deepnmt_fairseq", "sacremoses")
+# the scorer's own imports are lazy (deepnmt_fairseq/scoring.py): sacremoses and sacrebleu by name
+PRELOAD = ("torch", "torch._dynamo", "fairseq_cli.train", "fairseq_cli.generate", "deepnmt_fairseq", "sacremoses",
+           "sacrebleu", "deepnmt_fairseq.scoring")
 _FORKSERVER_LOCK = threading.Lock()
 TICK = 60.0  # seconds between the calls of Launcher.run's tick while its command runs
 

@@ -265,8 +265,10 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
         names = set(z.namelist())
         entry_points = next(z.read(n).decode() for n in names if n.endswith("entry_points.txt"))
     assert "deepnmt_fairseq/repro/registry/__init__.py" in names and "deepnmt_fairseq/repro/registry/gpkd.py" in names
-    for mod in ("spec", "commands", "evaluate", "scoring", "hydra_config", "tables", "cli"):
+    for mod in ("spec", "commands", "evaluate", "hydra_config", "tables", "cli"):
         assert f"deepnmt_fairseq/repro/{mod}.py" in names, mod
+    assert "deepnmt_fairseq/scoring.py" in names  # the one scorer (issue 80)
+    assert "deepnmt_fairseq/quickstart_times.json" in names  # the quickstart estimate's record
     assert "deepnmt-repro = deepnmt_cli.repro:main" in entry_points
     assert "deepnmt_cli/repro.py" in names
     assert "deepnmt_fairseq/repro/templates/reproduction.md" in names  # docs/reproduction.md's prose

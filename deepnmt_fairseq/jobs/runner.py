@@ -195,6 +195,12 @@ class Runner:
             self._check_shared_root()
             self._run(stages)
             return
+        # an input from outside this run that is missing fails before the folder, its lock or its
+        # heartbeat exist (nothing is left behind by a job that could not start)
+        produced = {st.done_file() for st in stages}
+        pending = next((st for st in stages if not st.is_done()), None)
+        if pending is not None:
+            self.check_inputs([n for n in pending.inputs.needs if n not in produced])
         state.mkdir(parents=True, exist_ok=True)
         self._take_lock()
         stop = threading.Event()
