@@ -519,7 +519,7 @@ def test_sigterm_under_load_answers_every_accepted_request(model_dir, tmp_path):
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = start_server(model_dir, port, ["--max-wait-ms", "300"])
+    proc = start_server(model_dir, port, ["--max-wait-ms", "1000"])
     try:
         wait_ready(url, proc, timeout=60)
         counts = {"sent": 0, "ok": 0, "refused": 0, "other": [], "after_term": 0}
@@ -555,17 +555,18 @@ def test_sigterm_under_load_answers_every_accepted_request(model_dir, tmp_path):
         for t in threads:
             t.start()
         time.sleep(1.5)
-        # one more request, sent 0.1 s before the signal: it waits in its batch (--max-wait-ms 300) when
-        # SIGTERM comes, so it is accepted before and answered after it
+        # one more request, sent 0.25 s before the signal with a beam no client uses: a batch holds one
+        # beam, so it is the first of its own batch and waits there --max-wait-ms (1 s) for more when
+        # SIGTERM comes: accepted before the signal, answered after it
         probe = {}
 
         def send_probe():
-            probe["response"] = httpx.post(url + "/v1/translate", json={"text": [LINES[0]]}, timeout=30)
+            probe["response"] = httpx.post(url + "/v1/translate", json={"text": [LINES[0]], "beam": 2}, timeout=30)
             probe["at"] = time.time()
 
         prober = threading.Thread(target=send_probe)
         prober.start()
-        time.sleep(0.1)
+        time.sleep(0.25)
         term_at[0] = time.time()
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(30)
