@@ -324,14 +324,7 @@ def shared_root_wait(env: Optional[Mapping[str, str]] = None) -> float:
 
 def rank0_timeout(env: Optional[Mapping[str, str]] = None) -> float:
     """Seconds a rank waits for one rank-0 step: ``$DEEPNMT_RANK0_TIMEOUT``, else one day."""
-    env = os.environ if env is None else env
-    raw = env.get("DEEPNMT_RANK0_TIMEOUT")
-    if not raw:
-        return DEFAULT_RANK0_TIMEOUT
-    try:
-        return float(raw)
-    except ValueError:
-        raise ClusterError(f"DEEPNMT_RANK0_TIMEOUT={raw!r} is not a number of seconds") from None
+    return _seconds(env, "DEEPNMT_RANK0_TIMEOUT", DEFAULT_RANK0_TIMEOUT)
 
 
 # ---------------------------------------------------------------------- DDP backend
