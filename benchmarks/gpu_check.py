@@ -79,7 +79,6 @@ REPO = Path(__file__).resolve().parents[1]
 for _p in (REPO / "tests", REPO / "benchmarks"):  # the invariant tests' and benchmarks' machinery
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
-USER_DIR = str(REPO / "deepnmt_fairseq")
 CORPUS = REPO / "data" / "libreoffice-help" / "en-de"
 SECTIONS = ("health", "throughput", "checkpointing", "ddp", "correctness", "desdar", "ct2")
 DEFAULT_BUDGET = 510.0  # seconds: 9 minutes less a margin for start-up and writing
@@ -480,8 +479,6 @@ def prepare_data(work: Path, a) -> Path:
     out = work / ("data-bin-tiny" if a.tiny else "data-bin")
     if (out / ".done").exists():
         return out
-    from deepnmt_fairseq.console import exe
-
     raw = work / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     limits = {"train": 300, "valid": 40} if a.tiny else {"train": None, "valid": None}
@@ -490,10 +487,10 @@ def prepare_data(work: Path, a) -> Path:
             with gzip.open(CORPUS / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
                 lines = f.read().splitlines()[:limit]
             (raw / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    subprocess.run([exe("fairseq-preprocess"), "--source-lang", "en", "--target-lang", "de", "--trainpref",
-                    str(raw / "train"), "--validpref", str(raw / "valid"), "--destdir", str(out),
-                    "--joined-dictionary", "--nwordssrc", "1000" if a.tiny else "8000", "--workers", "2"],
-                   check=True, capture_output=True)
+    from deepnmt_data.preprocess import fairseq_preprocess, preprocess_argv
+
+    fairseq_preprocess(preprocess_argv("en", "de", out, trainpref=raw / "train", validpref=raw / "valid", joined=True,
+                                       nwords=1000 if a.tiny else 8000, workers=2), log=None, quiet=True)
     (out / ".done").write_text("")
     return out
 
@@ -505,13 +502,14 @@ def child_env(threads="1"):
 
 
 def train_argv(data, arch, flags, crit, a, max_update, extra=()):
-    from deepnmt_fairseq.console import exe
+    """A fairseq-train command of the check (the one builder, jobs/fairseq_argv.py)."""
+    from deepnmt_fairseq.jobs.fairseq_argv import fairseq_train
 
-    return [exe("fairseq-train"), str(data), "--user-dir", USER_DIR, "--task", "translation", "--arch", arch,
-            *flags, *crit, "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr-scheduler", "inverse_sqrt",
-            "--warmup-init-lr", "1e-7", "--max-update", str(max_update), "--seed", "1", "--no-progress-bar",
+    return fairseq_train(data, [
+            "--task", "translation", "--arch", arch, *flags, *crit, "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)",
+            "--lr-scheduler", "inverse_sqrt", "--warmup-init-lr", "1e-7", "--max-update", str(max_update), "--seed", "1", "--no-progress-bar",
             "--log-format", "json", "--num-workers", "0", "--skip-invalid-size-inputs-valid-test",
-            *(["--cpu"] if a.cpu else []), *extra]
+            *(["--cpu"] if a.cpu else []), *extra], resolve=True)
 
 
 def run_procs(cmds, logs, timeout, env):
@@ -681,20 +679,19 @@ def health_command(name, precision, data, a, save):
             continue
         flags.append(f)
     r = stage.recipe
-    from deepnmt_fairseq.console import exe
-    from deepnmt_fairseq.jobs.fairseq_argv import recipe_flags
+    from deepnmt_fairseq.jobs.fairseq_argv import fairseq_train, recipe_flags
 
     # the first updates of the row's own recipe (optimizer, lr schedule, clipping; its save flags are moot
     # with --no-save); tiny mode shortens the warm-up so that a handful of updates moves the loss
     short = (["--warmup-updates", "2"] if r.lr_scheduler == "inverse_sqrt" else
              ["--warmup-steps", "2", "--hold-steps", "2", "--decay-steps", "4"]) if a.tiny else []
-    argv = [exe("fairseq-train"), str(data), "--user-dir", USER_DIR, "--task", "translation", "--arch", stage.arch,
-            *flags, *(tiny if a.tiny else []), "--criterion", stage.criterion, "--label-smoothing",
-            f"{r.label_smoothing:g}", *stage.criterion_flags, *recipe_flags(r), *short,
+    argv = fairseq_train(data, [
+            "--task", "translation", "--arch", stage.arch, *flags, *(tiny if a.tiny else []),
+            "--criterion", stage.criterion, "--label-smoothing", f"{r.label_smoothing:g}", *stage.criterion_flags, *recipe_flags(r), *short,
             "--max-update", str(a.health_updates), "--max-tokens", "1000" if a.tiny else "4096",
             "--disable-validation", "--no-save", "--save-dir", str(save), "--no-progress-bar", "--log-format", "json",
             "--log-interval", "1" if a.tiny else "10", "--num-workers", "0", "--skip-invalid-size-inputs-valid-test",
-            f"--{precision}", *(["--cpu"] if a.cpu else [])]
+            f"--{precision}", *(["--cpu"] if a.cpu else [])], resolve=True)
     return argv, row
 
 

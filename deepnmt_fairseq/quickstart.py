@@ -7,7 +7,8 @@ From a checkout the corpus is the repository's data/libreoffice-help/en-de and t
 work/quickstart; the installed package alone (no checkout) needs --corpus DIR (a directory of
 {train,valid,test}.{en,de}.gz files) and works under ./work/quickstart.
 
-Steps (each is skipped when its output is complete; nothing is overwritten):
+Steps, each a stage of the project's job runner (deepnmt_fairseq/jobs/runner.py: skipped when its
+output is complete, an interrupted training resumes; nothing is overwritten):
   1. tokenize (sacremoses) and learn/apply a joint BPE (subword-nmt);
   2. fairseq-preprocess with a joined dictionary;
   3. fairseq-train a small MSC model of this plugin (--user-dir);
@@ -37,7 +38,6 @@ import json
 import logging
 import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -48,7 +48,7 @@ from deepnmt_data import small_corpus
 from .jobs.decode import Search, generate, generate_command
 from .jobs.fairseq_argv import fairseq_train
 from .jobs.runner import Runner, settings_guard
-from .jobs.stage import Stage, make_log
+from .jobs.stage import Stage, make_log, quote
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = small_corpus.EMBEDDED  # the corpus a checkout ships
@@ -57,19 +57,6 @@ WORK = (REPO if DATA.is_dir() else Path.cwd()) / "work" / "quickstart"
 SRC, TGT = "en", "de"
 
 log = make_log("quickstart", stdout=True)
-
-
-def run(cmd, **kw) -> None:
-    """``cmd``: a console script of this environment by name (``deepnmt-distill``), then its
-    arguments; for the commands whose output goes to files of their own (``stdout=``, ``stderr=``);
-    the training stages run on the project's runner (:func:`train`)."""
-    # exe: the script beside this interpreter; child_env: the known-harmless warnings of fairseq's children
-    from deepnmt_fairseq.console import child_env, exe
-
-    cmd = [exe(str(cmd[0]))] + [str(c) for c in cmd[1:]]
-    log("$ " + " ".join(cmd))
-    env = child_env(dict(os.environ, PYTHONUNBUFFERED="1"))
-    subprocess.run(cmd, check=True, env=env, **kw)
 
 
 # ---------------------------------------------------------------- step 1-2
@@ -84,6 +71,16 @@ def prepare(work: Path, bpe_merges: int, train_pairs: int | None = None, data: P
     return small_corpus.prepare(work, bpe_merges, data, train_pairs, SRC, TGT, log=log,
                                 binarize=lambda argv: small_corpus.fairseq_preprocess(
                                     argv, env=child_env(dict(os.environ, PYTHONUNBUFFERED="1")), log=log))
+
+
+def prepare_stage(work: Path, a, data: Path) -> Stage:
+    """Steps 1-2 as the project's stage: :func:`prepare` in this process; done when
+    ``work/data-bin/.done`` exists (written last by the preparation)."""
+    bin_dir = work / "data-bin"
+    # prepare is looked up when the stage runs (a test replaces it)
+    return Stage("prepare", [], bin_dir, done=bin_dir / ".done", kind="prepare",
+                 call=lambda: prepare(work, a.bpe_merges, a.train_pairs, data),
+                 what="tokenize, learn and apply a joint BPE, fairseq-preprocess")
 
 
 # ---------------------------------------------------------------- step 3-4
@@ -124,17 +121,15 @@ def train_stages(work: Path, bin_dir: Path, a) -> list:
                   what=f"average the last {a.average} checkpoints")]
 
 
-def train(work: Path, bin_dir: Path, a) -> Path:
-    """Steps 3-4 on the project's runner; the averaged model."""
-    stages = train_stages(work, bin_dir, a)
-    if stages[-1].is_done():
-        log(f"model ready: {stages[-1].output}")
-    else:
-        Runner("quickstart", echo=print, echo_all=True, in_process=False).run(stages)
-    return stages[-1].output
-
-
 # ---------------------------------------------------------------- step 5-6
+def evaluate_stage(work: Path, bin_dir: Path, model: Path, a) -> Stage:
+    """Steps 5-6 as the project's stage: :func:`evaluate` in this process; done when
+    ``work/eval/results.json`` exists (written last)."""
+    results = work / "eval" / "results.json"
+    return Stage("evaluate", [], results, kind="report", call=lambda: evaluate(work, bin_dir, model, a),
+                 what="fairseq-generate the test split (beam 5), detokenize, sacreBLEU")
+
+
 def evaluate(work: Path, bin_dir: Path, model: Path, a, out_dir: Path | None = None) -> dict:
     from . import scoring
     from .console import child_env
@@ -208,28 +203,29 @@ def student_updates(a) -> int:
     return max(a.student_updates or 2 * a.max_update, a.average * a.save_every)
 
 
-def deploy(work: Path, bin_dir: Path, model: Path, a) -> dict:
-    """Train deep, serve shallow: deepnmt-distill from the quickstart's own MSC model (the teacher)
-    to a served int8 student (--student, 6-1 by default); returns its report."""
+def deploy_stage(work: Path, bin_dir: Path, model: Path, a) -> Stage:
+    """Step 7 as the project's stage: train deep, serve shallow - ``deepnmt-distill`` from the
+    quickstart's own MSC model (the teacher) to a served int8 student (--student, 6-1 by default);
+    done when its report exists (deepnmt-distill writes it last)."""
     d = work / "distill"
-    report = d / "report" / "report.json"
-    if not report.exists():
-        tok = work / "tok"
-        run(["deepnmt-distill", "--teacher", model, "--data", bin_dir, "--work-dir", d,
-             "--test-source", tok / f"test.raw.{SRC}", "--test-reference", tok / f"test.raw.{TGT}",
-             "--bpe-codes", tok / "bpe.codes",
-             "--student-args", "--attention-dropout 0.0",  # as the teacher (model_flags)
-             # SKD with GPKD's beam 4 (--skd-beam 1: greedy, a third of the time, a lower student)
-             "--skd-args", f"--beam {a.skd_beam} --batch-size 128",
-             "--train-args", " ".join(f"'{x}'" if " " in x else x for x in train_flags(a)),
-             # twice the teacher's updates: with 800 (the teacher's) the served student stayed 1.69
-             # sacreBLEU below the teacher, with 1600 0.58 (docs/distill.md); it costs time
-             "--student-updates", student_updates(a), "--save-interval-updates", a.save_every,
-             "--average", a.average,
-             "--seed", a.seed, "--beam", "5", "--lenpen", "1.0", "--max-len-a", "1.2", "--max-len-b", a.max_len_b,
-             "--cpu", *(["--single-sentences", a.single_sentences] if a.single_sentences else []),
-             *(["--student", a.student] if a.student != "auto" else [])])
-    return json.loads(report.read_text())
+    tok = work / "tok"
+    argv = ["deepnmt-distill", "--teacher", model, "--data", bin_dir, "--work-dir", d,
+            "--test-source", tok / f"test.raw.{SRC}", "--test-reference", tok / f"test.raw.{TGT}",
+            "--bpe-codes", tok / "bpe.codes",
+            "--student-args", "--attention-dropout 0.0",  # as the teacher (model_flags)
+            # SKD with GPKD's beam 4 (--skd-beam 1: greedy, a third of the time, a lower student)
+            "--skd-args", f"--beam {a.skd_beam} --batch-size 128",
+            # one string that deepnmt-distill splits as a shell would (shlex)
+            "--train-args", quote(train_flags(a)),
+            # twice the teacher's updates: with 800 (the teacher's) the served student stayed 1.69
+            # sacreBLEU below the teacher, with 1600 0.58 (docs/distill.md); it costs time
+            "--student-updates", student_updates(a), "--save-interval-updates", a.save_every,
+            "--average", a.average,
+            "--seed", a.seed, "--beam", "5", "--lenpen", "1.0", "--max-len-a", "1.2", "--max-len-b", a.max_len_b,
+            "--cpu", *(["--single-sentences", a.single_sentences] if a.single_sentences else []),
+            *(["--student", a.student] if a.student != "auto" else [])]
+    return Stage("distill", argv, d / "report" / "report.json", kind="distill",
+                 what=f"distil the MSC model into a served int8 student ({a.student}): deepnmt-distill")
 
 
 def deploy_line(rep: dict) -> str:
@@ -355,9 +351,14 @@ def main(argv=None) -> int:
 
     log(estimate(a, cpu_kernels(), cores()))
 
-    bin_dir = prepare(work, a.bpe_merges, a.train_pairs, Path(a.corpus) if a.corpus else DATA)
-    model = train(work, bin_dir, a)
-    res = evaluate(work, bin_dir, model, a)
+    # every step is a stage of the project's runner: a finished one (its output or .done) is skipped
+    runner = Runner("quickstart", echo=print, echo_all=True, in_process=False)
+    bin_dir = work / "data-bin"
+    stages = [prepare_stage(work, a, Path(a.corpus) if a.corpus else DATA), *train_stages(work, bin_dir, a)]
+    model = stages[-1].output
+    stages.append(evaluate_stage(work, bin_dir, model, a))
+    runner.run(stages)
+    res = json.loads(stages[-1].output.read_text())
     print()
     print(f"sacreBLEU (detokenized, test, {res['sentences']} sentences): {res['sacrebleu']}")
     print(f"  signature: {res['signature']}")
@@ -369,7 +370,9 @@ def main(argv=None) -> int:
     print(f"model:        {model}")
     print(deployment_note(model, bin_dir))
     if a.deploy == "on" or (a.deploy == "auto" and importlib.util.find_spec("ctranslate2") is not None):
-        print(deploy_line(deploy(work, bin_dir, model, a)))
+        step7 = deploy_stage(work, bin_dir, model, a)
+        runner.run([step7])
+        print(deploy_line(json.loads(step7.output.read_text())))
         print(f"report:       {work / 'distill' / 'report' / 'report.md'}")
     elif a.deploy == "auto":
         print("step 7 (CTranslate2 export) skipped: pip install '.[deploy]' to run it")
