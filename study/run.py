@@ -1,8 +1,8 @@
-"""The evidence study's runner (benchmarks/fidelity.py): the data, the training and evaluation of
+"""The evidence study's runner (study/cli.py): the data, the training and evaluation of
 every run (:class:`Study`: resumable, recorded, rebuilt where a later run needs a lost checkpoint),
 the runs that need earlier ones' outputs (SKD data and students, the second stage of the skipping
 study), and the order of the whole study (:func:`run_study`).  Imports the plan
-(fidelity_plan) and the launcher (fidelity_launcher)."""
+(study.plan) and the launcher (study.launcher)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from deepnmt_fairseq.distill import plan as gpkd_plan
 from deepnmt_fairseq.jobs.fairseq_argv import fairseq_train, user_dir
 from deepnmt_fairseq.jobs.stage import make_log
-from fidelity_launcher import Deadline, Launcher
-from fidelity_plan import (REPO, REPRODUCED, Preset, Run, close_systems, choose_dd_depth, converged_runs,
+from .launcher import Deadline, Launcher
+from .plan import (REPO, REPRODUCED, Preset, Run, close_systems, choose_dd_depth, converged_runs,
                            dd_compare_runs, dd_search_runs, finished, matched_updates, headline_pairs, independent_runs, model_flags, partial_path, record_path,
                            prenorm_check_runs, retuned_runs, seeded, ssl_stage1, teacher_run)
 
@@ -218,7 +218,7 @@ class Study:
                "final_train_loss": final_loss(losses),
                "diverged": not losses or not math.isfinite(losses[-1][1]), "machine": self.machine()}
         if not out["diverged"]:
-            avg = save / "checkpoint_avg.pt"  # the last 3 checkpoints averaged (by fidelity_eval.py)
+            avg = save / "checkpoint_avg.pt"  # the last 3 checkpoints averaged (by study/evaluate.py)
             out.update(self.evaluate(avg, r.unk_gap, average_dir=save, valid_only=r.valid_only))
             out["checkpoint"] = str(avg.relative_to(self.work))
         if r.valid_log:  # the valid NLL at every save: where a run leaves (or stays on) a plateau
@@ -279,7 +279,7 @@ class Study:
         so fairseq keeps every epoch checkpoint: on the GPU preset's corpus, an epoch of about 160
         updates and 146 MB for a 6-layer model, 3.1 GB a run after 2700 updates, measured on the
         H200 lease of 2026-11-28.  While the run trains (``keep=3``, every minute through
-        :meth:`fidelity_launcher.Launcher.run`'s ``tick``) the three newest stay: the average of
+        :meth:`study.launcher.Launcher.run`'s ``tick``) the three newest stay: the average of
         the last 3 checkpoints by update, interval and epoch alike, reads only those, and the
         newest may be the one fairseq has just written.  After the run (``keep=1``, :meth:`curve`)
         only the newest stays, as ``--keep-last-epochs 1`` keeps in the other runs."""
@@ -337,7 +337,7 @@ class Study:
     # ---------------------------------------------------------------- evaluation
     def eval_command(self, ckpt: Path, unk_gap: bool, average_dir: Optional[Path] = None,
                      train_sample: bool = True, valid_only: bool = False) -> List[str]:
-        cmd = [sys.executable, str(Path(__file__).with_name("fidelity_eval.py")), "--data", str(self.data),
+        cmd = [sys.executable, str(Path(__file__).with_name("evaluate.py")), "--data", str(self.data),
                "--raw", str(self.raw), "--checkpoint", str(ckpt), *self.device()]
         if average_dir is not None:
             cmd += ["--average-dir", str(average_dir)]
@@ -346,7 +346,7 @@ class Study:
 
     def evaluate(self, ckpt: Path, unk_gap: bool = False, average_dir: Optional[Path] = None,
                  train_sample: bool = True, valid_only: bool = False) -> dict:
-        """valid NLL, test BLEU, train-sample BLEU (and the UNK-source gap): fidelity_eval.py
+        """valid NLL, test BLEU, train-sample BLEU (and the UNK-source gap): study/evaluate.py
         (``valid_only``: the valid NLL alone, for a tuning run)."""
         cmd = self.eval_command(ckpt, unk_gap, average_dir, train_sample, valid_only)
         stdout, stderr = ckpt.parent / "eval.out", ckpt.parent / "eval.log"
@@ -527,7 +527,7 @@ def partial_record(log_file: Path) -> Optional[dict]:
     5 logged intervals, as a finished record's), updates per second, and every validation's valid NLL
     (fairseq's ``valid_nll_loss``: bits/token of the valid references under the training model, no
     label smoothing, dropout off).  No checkpoint is read and no test sentence is translated: a
-    partial record makes no call (:func:`fidelity_report.partial_table`).  None: nothing logged yet."""
+    partial record makes no call (:func:`study.report.partial_table`).  None: nothing logged yet."""
     from deepnmt_fairseq.analysis.logs import read_json_log, series
 
     if not log_file.exists():
