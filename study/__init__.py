@@ -9,7 +9,8 @@ Its modules, each importing only those listed before it:
 * ``launcher``: how a command is started and stopped (the fork server that has imported torch and
   fairseq, a process group per command, the deadline, SIGTERM/SIGINT);
 * ``report``: docs/fidelity.md (and docs/fidelity-gpu.md) from the records;
-* ``run``: the training and evaluation of every run, resumable and recorded, and the order of the
+* ``run``: every run as stages (train, then evaluate) that the job runner
+  (:class:`deepnmt_fairseq.jobs.runner.Runner`) executes through the launcher, and the order of the
   runs;
 * ``cli``: the command (``python -m study``, :mod:`study.__main__`).
 

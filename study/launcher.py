@@ -1,7 +1,8 @@
-"""The evidence study's command launcher (study/cli.py): every fairseq-train, evaluation,
+"""The evidence study's command launcher (``python -m study``): every fairseq-train, evaluation,
 SKD and extraction command of the study runs through :class:`Launcher`, forked from one
 interpreter that has imported torch and fairseq, each in its own process group, stopped together
-at the study's deadline.  Imports nothing of the study's other modules."""
+at the study's deadline.  It is how the job runner starts the study's stages
+(``Runner(start=...)``, :meth:`study.run.Study.runner`).  Imports nothing of the study's other modules."""
 
 from __future__ import annotations
 

@@ -719,6 +719,61 @@ def test_train_seconds_of_a_stopped_and_resumed_run_counts_every_segment(tmp_pat
     assert out["returncode"] == 0 and 0.6 <= out["train_seconds"] < 5
 
 
+def test_a_run_is_a_train_stage_then_an_evaluate_stage_on_the_job_runner(tmp_path, monkeypatch):
+    """Issue 80, part 2: a run's training and its evaluation are stages that the one job runner
+    (deepnmt_fairseq.jobs.runner.Runner) executes, each command started through the study's launcher;
+    the run directory keeps its layout: ``.trained`` (the training's done-marker, its seconds),
+    ``train.log``, ``eval.out``/``eval.log``, ``done.json``.  A directory trained before (``.trained``
+    there, no ``done.json``) is evaluated without training again; a finished one starts nothing."""
+    import json
+    import sys
+
+    from deepnmt_fairseq.jobs import runner as job_runner
+    from study import plan
+    from study import run as runner
+
+    p = plan.PRESETS["tiny"]
+    study = runner.Study(p, tmp_path, tmp_path / "no-data", tmp_path / "tok", fork=False)
+    monkeypatch.setattr(runner.Study, "losses", staticmethod(lambda save: [(1, 5.0), (2, 4.0)]))
+    monkeypatch.setattr(runner.Study, "machine", lambda self: {"cpu": "test"})
+    stages, started = [], []
+    real = job_runner.Runner.run
+
+    def run_stages(self, st):
+        st = list(st)
+        assert self.start is not None  # every stage's command goes through the launcher
+        stages.extend((s.kind, s.done_file().name, s.is_done()) for s in st)
+        return real(self, st)
+
+    monkeypatch.setattr(job_runner.Runner, "run", run_stages)
+
+    def launched(cmd, out, err=None, tick=None):
+        started.append((Path(str(cmd[1])).name if str(cmd[0]) == sys.executable else Path(str(cmd[0])).name,
+                        Path(out).name, err and Path(err).name))
+        with open(out, "a") as f:
+            f.write(json.dumps({"valid_nll": 3.5, "bleu": 1.5, "train_bleu": 2.5}) + "\n"
+                    if str(cmd[0]) == sys.executable else "trained\n")
+        return 0
+
+    study.launch.run = launched
+    run = plan.baseline(p, [1])[0]
+    out = study.train(run)
+    save = study.dir(run.name)
+    assert started == [("fairseq-train", "train.log", None), ("evaluate.py", "eval.out", "eval.log")]
+    assert stages == [("train", ".trained", False), ("evaluate", "eval.out", False)]
+    assert float((save / ".trained").read_text()) == out["train_seconds"] and out["bleu"] == 1.5
+    assert json.loads((save / "done.json").read_text())["bleu"] == 1.5
+    assert " study/evaluate.py --data " in out["eval_command"]  # as a reader of the record types it
+
+    started.clear(), stages.clear()
+    assert study.train(run) == json.loads(json.dumps(out)) and started == [] and stages == []  # finished
+    (save / "done.json").unlink()  # trained by an earlier study command, not yet evaluated
+    (save / ".trained").write_text("12.5\n")
+    again = study.train(run)
+    assert stages == [("train", ".trained", True), ("evaluate", "eval.out", False)]
+    assert started == [("evaluate.py", "eval.out", "eval.log")] and again["train_seconds"] == 12.5
+
+
 def test_the_findings_live_in_the_cpu_report_and_the_gpu_report_points_to_them(tmp_path, monkeypatch):
     from study import plan
     from study import report as study_report
