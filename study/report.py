@@ -5,6 +5,7 @@ Imports the plan (study.plan) only: the report is written from the records, with
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import time
 from pathlib import Path
@@ -18,9 +19,10 @@ from .plan import (CONVERGED_SEEDS, DD_KINDS, FAMILIES, POST_NORM_FAMILIES, RECO
 from .stats import ALPHA, BOOTSTRAP_SAMPLES, SEED_SAMPLES, decode_stats, paired_bootstrap, seed_bootstrap
 
 FINDINGS = Path(__file__).with_name("findings.md")
-#: the study's scripts where a record made before the move (issue 80, part 2: benchmarks/ -> study/) cites
-#: them; the records keep what was run, the report prints the command a reader can type today
-MOVED = (("benchmarks/fidelity_eval.py", "study/evaluate.py"),)
+#: the study's scripts that moved (issue 80, part 2: benchmarks/ -> study/), as the records made before cite
+#: them (the evaluation script at its removed benchmarks/fidelity_eval.py): the records keep what was run,
+#: the report prints the command a reader can type today
+MOVED = ((re.compile(r"\bbenchmarks/fidelity_eval\.py\b"), "study/evaluate.py"),)
 METRICS = (("final_train_loss", "train loss", False), ("valid_nll", "valid NLL", False),
            ("bleu", "test BLEU", True), ("train_bleu", "train-sample BLEU", True))
 
@@ -28,7 +30,7 @@ METRICS = (("final_train_loss", "train loss", False), ("valid_nll", "valid NLL",
 def current(command: str) -> str:
     """A recorded command with the study's moved scripts at their place today (:data:`MOVED`)."""
     for old, new in MOVED:
-        command = command.replace(old, new)
+        command = old.sub(new, command)
     return command
 
 
