@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 if __name__ == "__main__":
-    sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # the checkout holding study/
+    # the checkout holding study/, last: the library stays the one the environment imports (the fork
+    # server that starts the study's commands imports it by the environment's own path)
+    sys.path.append(str(Path(__file__).resolve().parents[1]))
     from study.cli import main
 
     sys.exit(main())
