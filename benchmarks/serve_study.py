@@ -6,7 +6,7 @@
         [--student-updates 3200] [--jobs 2] [--work-dir work/serve-study]
         [--out benchmarks/results/distill-study] [--remeasure]
 
-1. data: the study's (``benchmarks/fidelity.py --preset cpu --prepare-only``: the bundled
+1. data: the study's (``python -m study --preset cpu --prepare-only``: the bundled
    LibreOffice-help corpus, 18,000 training pairs, its tokenization and BPE);
 2. teacher: by default the converged 24-layer record of the study with the lowest valid NLL
    (``benchmarks/results/fidelity/cpu/conv-*-24-s*.json``), trained again by its recorded
@@ -48,7 +48,7 @@ from deepnmt_fairseq.machine import cores as machine_cores
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDS = REPO / "benchmarks" / "results" / "fidelity" / "cpu"
-DATA_WORK = REPO / "work" / "fidelity" / "cpu"  # benchmarks/fidelity.py --preset cpu's work directory
+DATA_WORK = REPO / "work" / "fidelity" / "cpu"  # python -m study --preset cpu's work directory
 
 #: student name -> deepnmt-distill flags (its --student presets; "-scratch": fairseq's initialisation)
 STUDENTS = {
@@ -146,8 +146,7 @@ def main(argv=None) -> int:
     cores = machine_cores()
 
     if not (DATA_WORK / "data-bin" / "dict.en.txt").exists():
-        subprocess.run([sys.executable, str(REPO / "benchmarks" / "fidelity.py"), "--preset", "cpu", "--prepare-only"],
-                       check=True)
+        subprocess.run([sys.executable, "-m", "study", "--preset", "cpu", "--prepare-only"], check=True, cwd=REPO)
     name = a.teacher_record or best_teacher_record()
     record = json.loads((RECORDS / f"{name}.json").read_text())
     log(f"teacher: {name} (study: valid NLL {record['valid_nll']}, test sacreBLEU {record['bleu']}, stopped at "
