@@ -312,7 +312,7 @@ def write_time_record(work: Path, a, seconds: float, complete: bool) -> Optional
     entry = {"kernels": cpu_kernels(), "cpu": cpu_model(), "date": time.strftime("%Y-%m-%d"),
              "seconds": round(seconds), "cores": cores(), "setup_seconds": 0,
              "options": {"train_pairs": a.train_pairs, "max_update": a.max_update, "deploy": a.deploy},
-             "quickstart": "this version (deepnmt-distill step 7 with its settings search)",
+             "quickstart": "this version (deepnmt-distill step 7 with its settings search and the shortened speed protocol)",
              "source": f"{work}/quickstart-time.json"}
     path = work / "quickstart-time.json"
     path.write_text(json.dumps(entry, indent=1) + "\n")
