@@ -6,7 +6,7 @@
         [--student-updates 3200] [--jobs 2] [--work-dir work/serve-study]
         [--out benchmarks/results/distill-study] [--remeasure]
 
-1. data: the study's (``benchmarks/fidelity.py --preset cpu --prepare-only``: the bundled
+1. data: the study's (``python -m study --preset cpu --prepare-only``: the bundled
    LibreOffice-help corpus, 18,000 training pairs, its tokenization and BPE);
 2. teacher: by default the converged 24-layer record of the study with the lowest valid NLL
    (``benchmarks/results/fidelity/cpu/conv-*-24-s*.json``), trained again by its recorded
@@ -19,13 +19,17 @@
    (``--no-report``); the first makes the SKD data (the averaged teacher's beam-4 translations of
    the training set, one fairseq-generate per core), the others start when it is there and reuse it
    (``WORK/<student>/skd-bin`` links to it: the same teacher, the same SKD settings);
-4. the reports, one student at a time on the otherwise idle machine (each engine at the best
-   setting its report's search finds); ``--remeasure`` measures them again (the old ones kept as
-   ``report.old-N``);
+4. the reports, one student at a time on the otherwise idle machine, each measuring speed by the
+   project's speed protocol (``deepnmt_deploy/speed_protocol.py``: the report's tuning pass, then
+   teacher and served student interleaved, >= 5 rounds of >= 10 s; docs/distill.md);
+   ``--remeasure`` measures them again (the old ones kept as ``report.old-N``);
 5. ``OUT/table.md`` and ``OUT/table.json``: one row per student (sacreBLEU of the teacher, the
    student and the served student; tokens/s of both engines batched and one sentence at a time,
-   each at the setting its report's search chose; the speed-ups; parameters), with the commands;
+   each at the setting its report's tuning pass chose; the speed-ups: the claim, the lower bound of
+   the 95% interval, with the median, where the report has them; parameters), with the commands;
    every report is copied to ``OUT/<student>/``.
+   ``--beams``: each served student at other beam sizes, timed against the teacher by the same
+   protocol (``OUT/beams.md``).
 
 Every step is skipped when its output is complete, so the study survives being stopped.
 """
@@ -48,7 +52,7 @@ from deepnmt_fairseq.machine import cores as machine_cores
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDS = REPO / "benchmarks" / "results" / "fidelity" / "cpu"
-DATA_WORK = REPO / "work" / "fidelity" / "cpu"  # benchmarks/fidelity.py --preset cpu's work directory
+DATA_WORK = REPO / "work" / "fidelity" / "cpu"  # python -m study --preset cpu's work directory
 
 #: student name -> deepnmt-distill flags (its --student presets; "-scratch": fairseq's initialisation)
 STUDENTS = {
@@ -137,8 +141,11 @@ def main(argv=None) -> int:
     p.add_argument("--remeasure", action="store_true", help="measure every report again (the old one kept)")
     p.add_argument("--beams", type=int, nargs="*", default=[],
                    help="also serve each student with these beam sizes (a lever of issue 71): sacreBLEU and batched "
-                        "tok/s against the teacher's fairseq-generate (its report's beam and setting), measured "
-                        "in one run after the reports (OUT/beams.md)")
+                        "tok/s against the teacher's fairseq-generate (its report's beam and setting), timed by the "
+                        "speed protocol, interleaved with the teacher, after the reports (OUT/beams.md)")
+    p.add_argument("--speed-repeats", type=int, default=5, help="--beams: the protocol's interleaved rounds (5)")
+    p.add_argument("--speed-min-seconds", type=float, default=10.0,
+                   help="--beams: seconds of decoding in one timed run, at least (the protocol's 10)")
     a = p.parse_args(argv)
     a.students = [(n, u or a.student_updates) for n, u in a.students]
     work, out = Path(a.work_dir).resolve(), Path(a.out).resolve()
@@ -146,8 +153,7 @@ def main(argv=None) -> int:
     cores = machine_cores()
 
     if not (DATA_WORK / "data-bin" / "dict.en.txt").exists():
-        subprocess.run([sys.executable, str(REPO / "benchmarks" / "fidelity.py"), "--preset", "cpu", "--prepare-only"],
-                       check=True)
+        subprocess.run([sys.executable, "-m", "study", "--preset", "cpu", "--prepare-only"], check=True, cwd=REPO)
     name = a.teacher_record or best_teacher_record()
     record = json.loads((RECORDS / f"{name}.json").read_text())
     log(f"teacher: {name} (study: valid NLL {record['valid_nll']}, test sacreBLEU {record['bleu']}, stopped at "
@@ -197,23 +203,30 @@ def main(argv=None) -> int:
 
 def beam_sweep(a, work: Path, out: Path) -> None:
     """Beam size against BLEU and speed for each served student: the teacher's fairseq-generate batched
-    (the report's beam, at the setting its report's search chose), then deepnmt-translate at each beam
-    of ``--beams`` (at the setting its report chose), all in this one run; every rate against the
-    teacher's of this run."""
+    (the report's beam, at the setting its report's tuning pass chose) against deepnmt-translate at each
+    beam of ``--beams`` (at the setting its report chose), timed by the speed protocol (the report's
+    :func:`~deepnmt_fairseq.distill.report.timed_pairs`: interleaved, calibrated, pinned by the
+    report's rules); every ratio the median of the pairs with its interval and claim."""
     import re
+    import statistics
     from dataclasses import replace
+    from types import SimpleNamespace
 
-    from deepnmt_fairseq.distill.report import Measure, ReportInputs, Setting, load_now, sacrebleu_of
+    from deepnmt_fairseq.distill.report import (BinarizedSplit, Measure, ReportInputs, Setting, sacrebleu_of,
+                                                timed_pairs)
 
     def setting(text: str) -> Setting:
-        size = int(re.search(r"batches of (\d+)", text)[1])
+        tokens = re.search(r"batches of up to (\d+) tokens", text)
+        size = 0 if tokens else int(re.search(r"batches of (\d+)", text)[1])
         if text.startswith("fairseq-generate"):
-            return Setting(size, int(re.search(r"(\d+) torch thread", text)[1]))
+            return Setting(size, int(re.search(r"(\d+) torch thread", text)[1]), max_tokens=int(tokens[1]) if tokens else 0)
         inter, intra = re.search(r"inter_threads (\d+) x intra_threads (\d+)", text).groups()
         return Setting(size, int(intra), int(inter))
 
     tok = DATA_WORK / "tok"
     refs = (tok / "test.raw.de").read_text(encoding="utf-8").splitlines()
+    srcs = (tok / "test.raw.en").read_text(encoding="utf-8").splitlines()
+    split = BinarizedSplit(DATA_WORK / "data-bin")
     rows = []
     for s, _ in a.students:
         rep = json.loads(report_of(work, s).read_text())
@@ -222,29 +235,43 @@ def beam_sweep(a, work: Path, out: Path) -> None:
         r = ReportInputs(out=d / "beams", data=DATA_WORK / "data-bin", teacher=d / "teacher-avg3.pt", student=d,
                          ct2=d / "ct2-int8", test_source=tok / "test.raw.en", test_reference=tok / "test.raw.de",
                          beam=rep["search"]["beam"], lenpen=rep["search"]["lenpen"],
-                         max_len_a=rep["search"]["max_len_a"], max_len_b=rep["search"]["max_len_b"])
+                         max_len_a=rep["search"]["max_len_a"], max_len_b=rep["search"]["max_len_b"],
+                         speed_repeats=a.speed_repeats, speed_min_seconds=a.speed_min_seconds)
         m = Measure(r, log)
-        teacher = m.fairseq("teacher", r.teacher, setting(sy["teacher fairseq-generate"]["batched"]["setting"]))
+        taught = setting(sy["teacher fairseq-generate"]["batched"]["setting"])
+        teacher = m.fairseq("teacher", r.teacher, taught)  # the warm-up and calibration pass
         served = setting(sy["student deepnmt-translate"]["batched"]["setting"])
         for beam in sorted(set(a.beams) | {r.beam}, reverse=True):
-            m.r = replace(r, beam=beam)
-            run = m.ct2(f"student-beam{beam}", r.test_source, served)
+            ms = Measure(replace(r, beam=beam), log)  # the student at this beam, the teacher at the report's
+            run = ms.ct2(f"student-beam{beam}", r.test_source, served)
+            both = SimpleNamespace(r=r, tmp=m.tmp, fairseq=m.fairseq, ct2=ms.ct2)
+            timed = timed_pairs(both, split, srcs, "batched", list(range(len(srcs))),
+                                {"teacher": (taught, teacher), "student": (served, run)}, log)
+            res = timed["result"]
+            median_rate = {who: statistics.median(x["tokens"] / x["seconds"] for x in timed["runs"][who])
+                           for who in ("teacher", "student")}
             rows.append({"student": s, "beam": beam, "teacher_beam": r.beam, "sacrebleu": sacrebleu_of(run["lines"], refs)["sacrebleu"],
                          "teacher_sacrebleu": sy["teacher fairseq-generate"]["sacrebleu"],
-                         "tokens_per_s": run["tokens_per_s"], "teacher_tokens_per_s": teacher["tokens_per_s"],
-                         "speedup_batched": round(run["tokens_per_s"] / teacher["tokens_per_s"], 2),
+                         "tokens_per_s": round(median_rate["student"], 1),
+                         "teacher_tokens_per_s": round(median_rate["teacher"], 1),
+                         "speedup_batched": round(res["median"], 2), "speedup_batched_interval": res["interval"],
+                         "speedup_batched_claim": res["claim"], "timed": timed,
                          "setting": run["setting"], "teacher_setting": teacher["setting"],
-                         "loaded": load_now()["loaded"] or teacher["load"]["loaded"] or run["load"]["loaded"]})
+                         "loaded": any(x["load_before"] >= m.cores for runs in timed["runs"].values() for x in runs)})
     lines = ["# Beam size against BLEU and speed, the served students (issue 71's levers)", "",
              f"Teacher: fairseq-generate at beam {rows[0]['teacher_beam']} ({rows[0]['teacher_setting']}), measured in "
-             "this run; each served student with deepnmt-translate at the batched setting its report chose. Measured "
-             f"{time.strftime('%Y-%m-%d %H:%M:%S')}.", "",
+             "this run; each served student with deepnmt-translate at the batched setting its report chose; timed by "
+             f"the speed protocol ({a.speed_repeats} interleaved rounds of >= {a.speed_min_seconds:g} s; "
+             "deepnmt_deploy/speed_protocol.py): the claim is the lower bound of the 95% interval of the median "
+             f"ratio. Measured {time.strftime('%Y-%m-%d %H:%M:%S')}.", "",
              "| student | beam | served sacreBLEU (teacher) | served - teacher | batched tok/s served / teacher | "
-             "speed-up batched | loaded |", "|---|---|---|---|---|---|---|"]
+             "speed-up batched: claim (median, 95% CI) | loaded |", "|---|---|---|---|---|---|---|"]
     for x in rows:
+        lo, hi = x["speedup_batched_interval"]
         lines.append(f"| {x['student']} | {x['beam']} | {x['sacrebleu']} ({x['teacher_sacrebleu']}) | "
                      f"{x['sacrebleu'] - x['teacher_sacrebleu']:+.2f} | {x['tokens_per_s']:.0f} / "
-                     f"{x['teacher_tokens_per_s']:.0f} | {x['speedup_batched']}x | {'yes' if x['loaded'] else 'no'} |")
+                     f"{x['teacher_tokens_per_s']:.0f} | ≥{x['speedup_batched_claim']:.2f}x ({x['speedup_batched']}x, "
+                     f"{lo:.2f}-{hi:.2f}) | {'yes' if x['loaded'] else 'no'} |")
     out.mkdir(parents=True, exist_ok=True)
     (out / "beams.json").write_text(json.dumps({"rows": rows, "command": "python benchmarks/serve_study.py " + " ".join(
         shlex.quote(x) for x in sys.argv[1:])}, indent=2) + "\n")
@@ -253,6 +280,8 @@ def beam_sweep(a, work: Path, out: Path) -> None:
 
 
 def write_table(a, work: Path, out: Path, name: str, record: dict) -> None:
+    from deepnmt_fairseq.distill.report import speed_claim
+
     rows = []
     for s, u in a.students:
         rep = json.loads(report_of(work, s).read_text())
@@ -267,6 +296,9 @@ def write_table(a, work: Path, out: Path, name: str, record: dict) -> None:
                      "teacher_tok_s": [t["batched"]["tokens_per_s"], t["single"]["tokens_per_s"]],
                      "served_tok_s": [sv["batched"]["tokens_per_s"], sv["single"]["tokens_per_s"]],
                      "speedup_batched": sm["speedup_batched"], "speedup_single": sm["speedup_single"],
+                     **{k: sm[k] for k in ("speedup_batched_interval", "speedup_batched_claim",
+                                           "speedup_single_interval", "speedup_single_claim", "speed_meets_protocol")
+                        if k in sm},
                      "student_parameters": rep["sizes"]["student"]["parameters"],
                      "teacher_parameters": rep["sizes"]["teacher"]["parameters"],
                      "loaded": rep["loaded_machine"], "machine": rep.get("machine"), "measured_at": rep["measured_at"],
@@ -279,14 +311,16 @@ def write_table(a, work: Path, out: Path, name: str, record: dict) -> None:
              f"Teacher: `{name}` of the evidence study (24-layer encoder, 3-layer decoder, width 128; the study's "
              f"record: valid NLL {record['valid_nll']}, test sacreBLEU {record['bleu']}), trained again by its "
              f"recorded command; students: deepnmt-distill on its SKD data. "
-             "Test: the study's 1,059 sentences, beam 4. Each engine at the fastest setting its report's search found.",
+             "Test: the study's 1,059 sentences, beam 4. Each engine at the fastest setting its report's tuning pass "
+             "found; speed-ups by the speed protocol where the report has them: the claim (the lower bound of the 95% "
+             "interval of the median ratio) first, then the median and the interval.",
              "", "| student (updates) | served sacreBLEU (teacher) | served - teacher | batched tok/s served / teacher | "
                  "speed-up batched | one sentence tok/s served / teacher | speed-up single | student params |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['student']} ({r['updates']}) | {r['served_bleu']} ({r['teacher_bleu']}) | {r['served_minus_teacher']:+.2f} | "
-                     f"{r['served_tok_s'][0]:.0f} / {r['teacher_tok_s'][0]:.0f} | {r['speedup_batched']}x | "
-                     f"{r['served_tok_s'][1]:.0f} / {r['teacher_tok_s'][1]:.0f} | {r['speedup_single']}x | "
+                     f"{r['served_tok_s'][0]:.0f} / {r['teacher_tok_s'][0]:.0f} | {speed_claim(r, 'batched')} | "
+                     f"{r['served_tok_s'][1]:.0f} / {r['teacher_tok_s'][1]:.0f} | {speed_claim(r, 'single')} | "
                      f"{r['student_parameters']:,} |")
     mc = rows[0]["machine"] or {}
     loaded = ", ".join(f"{r['student']}: {r['loaded']}" for r in rows if r["loaded"]) or "none"

@@ -107,8 +107,8 @@ def build_parser():
     g.add_argument("--max-len-a", type=float, default=1.2, help="maximum output length a*source_length+b: a")
     g.add_argument("--max-len-b", type=int, default=10, help="maximum output length a*source_length+b: b")
     g.add_argument("--batch-size", type=int, default=64,
-                   help="fairseq-generate's batch size (batched speed): tried with 32, 64, 128, 256, the fastest is "
-                        "measured (--no-speed-search: this one)")
+                   help="fairseq-generate's batch size (batched speed): tried with 32, 64, 128, 256 and --max-tokens "
+                        "2048, 4096, 8192 in the tuning pass, the fastest is measured (--no-speed-search: this one)")
     g.add_argument("--ct2-batch-size", type=int, default=32,
                    help="deepnmt-translate's batch size (batched speed): tried with 4, 8, 16, 32, 64, the fastest is "
                         "measured (--no-speed-search: this one)")
@@ -120,9 +120,19 @@ def build_parser():
                         "timing the candidate settings on a probe (each engine's best setting: docs/distill.md)")
     g.add_argument("--single-sentences", type=int, default=300,
                    help="about this many test sentences are translated one at a time for the single-sentence speed")
+    g.add_argument("--speed-repeats", type=int, default=5, metavar="N",
+                   help="the speed protocol's interleaved rounds (teacher, student, teacher, ...), batched and one "
+                        "sentence at a time (default: the protocol's 5; fewer: the report says its figures are not "
+                        "the protocol's claim; docs/benchmarks.md)")
+    g.add_argument("--speed-min-seconds", type=float, default=10.0, metavar="S",
+                   help="seconds of decoding in one timed run, at least: the input is repeated where one pass is "
+                        "shorter (default: the protocol's 10; the quickstart's step 7 uses 2: docs/distill.md)")
+    g.add_argument("--speed-cores", metavar="LIST",
+                   help="pin the report's runs to these cores, e.g. 0-1 (default: the cores this process may use)")
     p.add_argument("--cpu", action="store_true", help="run on the CPU even when CUDA is available")
     p.add_argument("--tiny", action="store_true",
-                   help="CI smoke size: a few student updates, --average <= 2, short outputs")
+                   help="CI smoke size: a few student updates, --average <= 2, short outputs, the report's speed in "
+                        "1 timed round of one pass (not a claim)")
     p.add_argument("--dry-run", action="store_true", help="check and print the plan, run nothing")
     return p
 

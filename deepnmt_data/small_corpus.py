@@ -1,6 +1,6 @@
 """A small parallel corpus of ``{train,valid,test}.{src,tgt}.gz`` files, prepared for fairseq: the
 one data preparation of the quickstart (``deepnmt_fairseq/quickstart.py``), the evidence study
-(``benchmarks/fidelity_runner.py``) and ``scripts/gpkd_pipeline.py``.
+(``study/run.py``) and ``scripts/gpkd_pipeline.py``.
 
     WORK/tok/{split}.raw.L   the text as shipped (``train_pairs``: the first N training pairs)
     WORK/tok/{split}.tok.L   Moses-tokenized (sacremoses, no escaping)

@@ -9,18 +9,10 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-from pathlib import Path
 from typing import Dict, Optional
 
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` says."""
-    info = Path("/proc/cpuinfo")
-    if info.exists():
-        for line in info.read_text(errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+# the CPU's model name and vector extensions: the speed protocol's (one place; standard library)
+from deepnmt_deploy.speed_protocol import cpu_model, vector_extensions  # noqa: F401
 
 
 def cpu_kernels() -> str:
@@ -39,11 +31,11 @@ def cores() -> int:
 
 
 def describe(device: Optional[object] = None) -> Dict[str, object]:
-    """Versions, CPU (model, kernels, cores, torch threads) and, on CUDA, the GPU."""
+    """Versions, CPU (model, vector extensions, kernels, cores, torch threads) and, on CUDA, the GPU."""
     import torch
 
     info: Dict[str, object] = {"python": platform.python_version(), "torch": torch.__version__, "cpu": cpu_model(),
-                               "kernels": cpu_kernels(), "cores": cores(), "threads": torch.get_num_threads()}
+                               "vector_extensions": vector_extensions(), "kernels": cpu_kernels(), "cores": cores(), "threads": torch.get_num_threads()}
     if device is not None:
         info["device"] = str(device)
     if torch.cuda.is_available() and (device is None or str(device).startswith("cuda")):

@@ -5,7 +5,7 @@ task and criterion registries pull in scikit-learn and scipy.stats) before it re
 argument; the suite starts a few hundred such commands (measured: 237 processes, a quarter to a
 third of the suite's CPU time on 2 cores).  For each console script of :data:`SCRIPTS`, this
 module keeps one interpreter per test process that has imported the script's entry point, and
-forks every run of that script from it, the way ``benchmarks/fidelity_launcher.py`` runs the
+forks every run of that script from it, the way ``study/launcher.py`` runs the
 evidence study's commands.
 
 What a forked command shares with the warm interpreter, and how it is kept honest:

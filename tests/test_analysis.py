@@ -345,7 +345,7 @@ def test_log_parsing_reads_fairseq_json_lines(tmp_path):
 
 
 def test_a_series_of_the_logged_intervals_keeps_the_last_value_of_an_update_logged_twice():
-    """The evidence study's training curves (benchmarks/fidelity_runner.py): train loss by update
+    """The evidence study's training curves (study/run.py): train loss by update
     from the train_inner lines only; a resumed run logs some updates again, the last one counts."""
     from deepnmt_fairseq.analysis.logs import parse_json_lines, series
 

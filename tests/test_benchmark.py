@@ -79,7 +79,9 @@ def test_deploy_benchmark_reports_targets_with_their_flop_ceiling(tmp_path, monk
     for engine in ("fairseq", "ct2 int8", "ct2 float32"):
         beam4 = checks[f"48-1 vs 48-6, {engine}, beam 4, batched"]
         greedy = checks[f"48-1 vs 48-6, {engine}, greedy, batched"]
-        assert beam4["target"] == 2.0 and beam4["met"] == (beam4["ratio"] >= 2.0) and greedy["met"] is None
+        # the protocol's statistics (issue 78): a target is met by the claim, the interval's lower bound
+        assert beam4["target"] == 2.0 and beam4["met"] == (beam4["claim"] >= 2.0) and greedy["met"] is None
+        assert beam4["claim"] == beam4["interval"][0] <= beam4["ratio"] + 0.005
         ceilings = [float(c["measured_reason"].split("FLOP-implied ceiling ")[1].split("x")[0]) for c in (beam4, greedy)]
         assert ceilings[0] > ceilings[1] > 1.0  # beam 4 runs 4 hypotheses through the decoder, greedy one
     assert "FLOP-implied ceiling" in (tmp_path / "deploy-speed-cpu.md").read_text()
@@ -88,7 +90,8 @@ def test_deploy_benchmark_reports_targets_with_their_flop_ceiling(tmp_path, monk
 def test_the_benchmark_modules_import_each_other_one_way():
     """benchmarks/ modules import each other as top-level modules (the script's directory is on
     sys.path); every import of a sibling counts, also one inside a function, and they form no cycle
-    (issue 33: fidelity.py and fidelity_report.py imported each other)."""
+    (issue 33: the study's entry and its report imported each other; the study has its own room now,
+    study/, checked by tests/test_import_cycles.py)."""
     import ast
 
     here = REPO / "benchmarks"
@@ -103,8 +106,6 @@ def test_the_benchmark_modules_import_each_other_one_way():
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 deps.add(node.module.split(".")[0])
         graph[name] = deps & modules - {name}
-    assert graph["fidelity_report"] == {"fidelity_plan", "fidelity_stats"} and graph["fidelity_plan"] == set()
-    assert graph["fidelity_stats"] == set()  # the statistics read records only
     order, seen = [], set()
 
     def visit(name, path):

@@ -251,6 +251,15 @@ def test_msc_teacher_to_served_student_end_to_end(data_bin, teachers, tmp_path, 
     assert threads in (f"fairseq-generate, {cores()} torch threads, one sentence at a time",
                        "fairseq-generate, 1 torch thread, one sentence at a time"), threads
     assert rep["settings_search"]["teacher fairseq-generate"] == {"batched": [], "single": []}
+    # speed by the protocol (issue 78), --tiny: one interleaved round of one pass, not a claim
+    sm, speed = rep["summary"], rep["speed"]
+    for kind in ("batched", "single"):
+        lo, hi = sm[f"speedup_{kind}_interval"]
+        assert sm[f"speedup_{kind}_claim"] == lo <= sm[f"speedup_{kind}"] <= hi + 0.01
+        assert [len(speed[kind]["runs"][who]) for who in ("teacher", "student")] == [1, 1]
+    assert speed["protocol"]["repeats"] == 1 and sm["speed_meets_protocol"] is False
+    assert isinstance(rep["machine"]["vector_extensions"], list) and rep["machine"]["cpu"]
+    assert (work / "report" / "tuning.json").exists()
     assert rep["sizes"]["student"]["parameters"] < rep["sizes"]["teacher"]["parameters"]
     assert rep["sizes"]["served"]["quantization"] == "int8"
     md = (work / "report" / "report.md").read_text()

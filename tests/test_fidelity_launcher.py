@@ -1,4 +1,4 @@
-"""The evidence study's command launcher (benchmarks/fidelity_launcher.py): commands forked from a
+"""The evidence study's command launcher (study/launcher.py): commands forked from a
 pre-imported interpreter or run as subprocesses, with their argv, environment and exit status, and
 stopped with their children at the study's deadline.
 
@@ -16,7 +16,7 @@ def test_launcher_runs_the_command_with_its_argv_environment_and_exit_code(tmp_p
     import os
     import sys
 
-    import fidelity_launcher as launcher_mod
+    from study import launcher as launcher_mod
     from deepnmt_fairseq.console import exe
 
     script = tmp_path / "probe.py"
@@ -46,7 +46,7 @@ def test_tick_is_called_while_the_command_runs_and_not_after(tmp_path, monkeypat
     import sys
     import time
 
-    import fidelity_launcher as launcher_mod
+    from study import launcher as launcher_mod
 
     monkeypatch.setattr(launcher_mod, "TICK", 0.3)
     launcher = launcher_mod.Launcher(dict(os.environ), threads=1, fork=fork)
@@ -83,7 +83,7 @@ def test_a_command_started_while_another_ends_does_not_steal_its_exit_code(tmp_p
     import time
     from multiprocessing import forkserver
 
-    import fidelity_launcher as launcher_mod
+    from study import launcher as launcher_mod
 
     script = tmp_path / "exit.py"
     script.write_text("import sys\nsys.exit(int(sys.argv[1]))\n")
@@ -122,7 +122,7 @@ def test_the_deadline_stops_a_command_with_its_children_and_nothing_new_starts(t
     import sys
     import time
 
-    import fidelity_launcher as launcher_mod
+    from study import launcher as launcher_mod
 
     script = tmp_path / "parent.py"
     script.write_text("import subprocess, sys, time\n"
@@ -158,7 +158,7 @@ def test_the_deadline_reaches_a_command_stopped_before_it_had_its_own_process_gr
     import subprocess
     import sys
 
-    import fidelity_launcher as launcher_mod
+    from study import launcher as launcher_mod
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # in our own group
     try:
@@ -181,7 +181,7 @@ def _signalled_study(tmp_path, fork, send, ignore_term=False, grace=None, late_h
     import time
     from pathlib import Path
 
-    import fidelity_launcher as launcher_mod
+    from study import launcher as launcher_mod
 
     command, late_cmd = tmp_path / "parent.py", tmp_path / "late.py"
     command.write_text("import os, signal, subprocess, sys, time\n"
@@ -191,9 +191,9 @@ def _signalled_study(tmp_path, fork, send, ignore_term=False, grace=None, late_h
                        "os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n"
                        "time.sleep(120)\n")
     late_cmd.write_text("import sys\nopen(sys.argv[1], 'w').write('started')\n")
-    study = tmp_path / "study.py"
+    study = tmp_path / "driver.py"  # (not study.py: that would hide the study's package)
     study.write_text("import os, signal, sys, threading, time\n"
-                     "import fidelity_launcher as L\n"
+                     "import study.launcher as L\n"
                      "def first(launcher, cmd, pids):\n"
                      "    try:\n"
                      "        print('finished', launcher.run([sys.executable, cmd, pids], pids + '.log'), flush=True)\n"
@@ -224,7 +224,7 @@ def _signalled_study(tmp_path, fork, send, ignore_term=False, grace=None, late_h
                      "if __name__ == '__main__':  # the fork server imports this module\n"
                      "    main(*sys.argv[1:])\n")
     pids, late = tmp_path / "pids", tmp_path / "late"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(launcher_mod.__file__).parent),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(launcher_mod.__file__).parents[1]),
                                                        os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen([sys.executable, study, command, late_cmd, pids, late, "fork" if fork else "exec",
                              str(grace), "late" if late_handler else "soon"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -309,21 +309,21 @@ def test_a_command_that_ignores_sigterm_is_killed_after_the_grace_or_at_a_second
 
 
 def test_a_forked_evaluation_finds_its_imports_loaded(tmp_path):
-    """What benchmarks/fidelity_eval.py imports is in the fork server (PRELOAD), so that none of the
+    """What study/evaluate.py imports is in the fork server (PRELOAD), so that none of the
     study's few hundred evaluations pays for it again (sacremoses alone: 1.2-1.7 CPU-seconds); the
-    imports are read from fidelity_eval.py itself, so a new one that is not preloaded fails here."""
+    imports are read from study/evaluate.py itself, so a new one that is not preloaded fails here."""
     import ast
     import os
     import sys
     from pathlib import Path
 
-    import fidelity_launcher as launcher_mod
+    from study import launcher as launcher_mod
 
-    source = Path(launcher_mod.__file__).with_name("fidelity_eval.py")
+    source = Path(launcher_mod.__file__).with_name("evaluate.py")
     tree = ast.parse(source.read_text())
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    local = {p.stem for p in source.parent.glob("*.py")}  # the study's own small modules
+    local = {"study"}  # the study's own small modules (study.stats)
     wanted = set(names - set(sys.stdlib_module_names) - local - {"__future__"})
     assert {"torch", "fairseq", "deepnmt_fairseq"} <= wanted
     # the scoring goes through the one scorer (deepnmt_fairseq/scoring.py), whose sacreBLEU and Moses

@@ -1,4 +1,4 @@
-"""The evidence study (benchmarks/fidelity.py, issue 16): the whole pipeline at tiny size (every
+"""The evidence study (study/cli.py, issue 16): the whole pipeline at tiny size (every
 comparison, 2 seeds, the report), its resumability, and the report's statistics.
 
 benchmarks/ is importable through the pythonpath option of pytest (pyproject.toml)."""
@@ -14,14 +14,14 @@ import pytest
 
 def _run(system, seed, bleu, **extra):
     return {"name": f"{system}-s{seed}", "system": system, "seed": seed, "command": f"fairseq-train ... {system}",
-            "eval_command": f"python benchmarks/fidelity_eval.py ... {system}", "returncode": 0,
+            "eval_command": f"python study/evaluate.py ... {system}", "returncode": 0,
             "losses": [(10, 8.0), (20, 7.0)], "final_train_loss": 7.0, "diverged": False, "valid_nll": 6.5,
             "bleu": bleu, "train_bleu": bleu + 5, **extra}
 
 
 def test_verdict_calls_a_difference_only_beyond_both_spreads():
-    from fidelity_plan import stat
-    from fidelity_report import verdict
+    from study.plan import stat
+    from study.report import verdict
 
     a = [_run("a", 1, 14.0), _run("a", 2, 15.0)]
     b = [_run("b", 1, 12.0), _run("b", 2, 12.5)]
@@ -43,7 +43,7 @@ def test_paired_bootstrap_is_sacrebleus_bleu_resampled_over_the_same_sentences()
 
     import numpy as np
     import sacrebleu
-    from fidelity_stats import (_bleu_rows, bleu_from_stats, decode_stats, encode_stats, paired_bootstrap,
+    from study.stats import (_bleu_rows, bleu_from_stats, decode_stats, encode_stats, paired_bootstrap,
                                 sentence_stats)
 
     rng = random.Random(3)
@@ -71,8 +71,8 @@ def test_a_call_beyond_the_seed_spreads_needs_the_paired_bootstrap_too():
     Records without sentence statistics are called on the spreads and say so."""
     import random
 
-    from fidelity_report import verdict
-    from fidelity_stats import encode_stats, sentence_stats
+    from study.report import verdict
+    from study.stats import encode_stats, sentence_stats
 
     rng = random.Random(4)
     words = "der die das haus ist gut ein mann frau kind und oder nicht".split()
@@ -89,7 +89,7 @@ def test_a_call_beyond_the_seed_spreads_needs_the_paired_bootstrap_too():
 def test_the_deep_decoder_depth_is_chosen_on_valid_only():
     """The search compares valid NLL and the (valid) UNK-source gap with the shallow decoder; test
     BLEU, however it is set, changes nothing."""
-    from fidelity_plan import PRESETS, choose_dd_depth
+    from study.plan import PRESETS, choose_dd_depth
 
     p = PRESETS["cpu"]  # dd_depths (3, 6, 12)
 
@@ -103,10 +103,10 @@ def test_the_deep_decoder_depth_is_chosen_on_valid_only():
 
 
 def test_report_tables_have_mean_and_spread_per_system_and_every_command(tmp_path, monkeypatch):
-    import fidelity_plan as plan
-    import fidelity_report
+    from study import plan
+    from study import report as study_report
 
-    monkeypatch.setattr(fidelity_report, "FINDINGS", tmp_path / "none.md")
+    monkeypatch.setattr(study_report, "FINDINGS", tmp_path / "none.md")
     p = plan.PRESETS["cpu"]
     results = {}
     for fam in plan.FAMILIES:
@@ -122,7 +122,7 @@ def test_report_tables_have_mean_and_spread_per_system_and_every_command(tmp_pat
             results[r["name"]] = r
     (tmp_path / "dd-depth.json").write_text(json.dumps({"depth": 12, "why": "12 layers: lower BLEU"}))
     report = tmp_path / "fidelity.md"
-    fidelity_report.write_report(results, p, report, tmp_path)
+    study_report.write_report(results, p, report, tmp_path)
     text = report.read_text()
     depth = text.split("\n## 1. Depth")[1].split("\n## ")[0]
     assert "| msc-12 | 1,2 | 7.000 ± 0.000 | 6.500 ± 0.000 | 13.50 ± 1.00 | 18.50 ± 1.00 |" in depth
@@ -139,15 +139,15 @@ def test_tiny_study_runs_every_comparison_with_two_seeds_and_resumes(tmp_path):
     re-run recomputes nothing. Before it, a run whose deadline has passed starts nothing."""
     import torch
 
-    import fidelity
-    import fidelity_plan as plan
+    from study import cli as study_cli
+    from study import plan
 
     work, report = tmp_path / "work", tmp_path / "fidelity.md"
     args = ["--preset", "tiny", "--work-dir", str(work), "--report", str(report), "--jobs", "2"]
     # a deadline that has passed: nothing starts, the report is written, exit code 3, no depth chosen
-    assert fidelity.main(args + ["--deadline-minutes", "0"]) == 3
+    assert study_cli.main(args + ["--deadline-minutes", "0"]) == 3
     assert not list(work.glob("runs/*/done.json")) and report.exists() and not (work / "dd-depth.json").exists()
-    assert fidelity.main(args) == 0
+    assert study_cli.main(args) == 0
     p = plan.PRESETS["tiny"]
     done = {d.parent.name: json.loads(d.read_text()) for d in (work / "runs").glob("*/done.json")}
     dec = json.loads((work / "dd-depth.json").read_text())["depth"]
@@ -183,7 +183,7 @@ def test_tiny_study_runs_every_comparison_with_two_seeds_and_resumes(tmp_path):
     for section in ("## 1. Depth", "## 2. Deep decoder", "## 3. GPKD", "## 4. Skipping sub-layer", "## Commands"):
         assert section in text
     # every run keeps sacreBLEU's statistics of each test sentence, and the calls use the paired bootstrap
-    from fidelity_stats import bleu_from_stats, decode_stats
+    from study.stats import bleu_from_stats, decode_stats
 
     n_test = len((work / "tok" / "test.raw.de").read_text().splitlines())
     for r in done.values():
@@ -213,7 +213,7 @@ def test_tiny_study_runs_every_comparison_with_two_seeds_and_resumes(tmp_path):
     assert "test BLEU sd" in text and f"| system | {p.curve_every} |" in text  # 1b: sd and the curve table
     # resumable: a second run trains nothing and leaves every result as it was
     stamps = {n: (work / "runs" / n / "done.json").stat().st_mtime_ns for n in done}
-    assert fidelity.main(args) == 0
+    assert study_cli.main(args) == 0
     assert {n: (work / "runs" / n / "done.json").stat().st_mtime_ns for n in done} == stamps
     # every result is also a record (committed for the real presets; a fresh clone reuses them:
     # test_a_fresh_clone_reuses_the_records_and_rebuilds_only_what_a_lost_run_needs)
@@ -229,26 +229,26 @@ def test_a_fresh_clone_reuses_the_records_and_rebuilds_only_what_a_lost_run_need
     finished, whose input is the checkpoint of a recorded run, has that run trained again first
     (deterministically: it reproduces its record).  The skipping study at tiny size: stage 1, then
     stage 2 with 2 seeds, with and without skipping."""
-    import fidelity
-    import fidelity_plan as plan
+    from study import cli as study_cli
+    from study import plan
 
     p = plan.PRESETS["tiny"]
     work, records = tmp_path / "work", tmp_path / "records"
     first = ["--preset", "tiny", "--work-dir", str(work), "--report", str(tmp_path / "first.md"), "--only", "ssl",
              "--records", str(records)]
-    assert fidelity.main(first) == 0
+    assert study_cli.main(first) == 0
     done = plan.finished(work)
     assert len(done) == 5 and plan.finished(work, records) == done
     fresh = tmp_path / "fresh"
     again = ["--preset", "tiny", "--work-dir", str(fresh), "--report", str(tmp_path / "again.md"), "--only", "ssl",
              "--records", str(records)]
-    assert fidelity.main(again) == 0
+    assert study_cli.main(again) == 0
     assert not list(fresh.glob("runs/*")) and plan.finished(fresh, records) == done
     strip = lambda path: [line for line in path.read_text().splitlines() if not line.startswith("Generated by")]
     assert strip(tmp_path / "again.md") == strip(tmp_path / "first.md")
     stage2 = f"ssl-stage2-skip-{p.ssl_layers}-s2"
     (records / f"{stage2}.json").unlink()
-    assert fidelity.main(again) == 0
+    assert study_cli.main(again) == 0
     rebuilt = {d.parent.name for d in fresh.glob("runs/*/done.json")}
     assert rebuilt == {stage2, f"ssl-stage1-{p.ssl_layers}-s1"}
     assert not list(records.glob("*.rebuilt.json"))  # nothing differed from its record
@@ -265,7 +265,7 @@ def test_a_fresh_clone_reuses_the_records_and_rebuilds_only_what_a_lost_run_need
             r["bleu"] += 1.0  # as if the retrained run did not reproduce it
         (records / f"{n}.json").write_text(json.dumps(r, indent=1) + "\n")
     old = {n: (records / f"{n}.json").read_text() for n in (plain1, skip1, stage2)}
-    assert fidelity.main(again + ["--add-statistics", "--runs", "ssl-stage2-*-s1"]) == 0
+    assert study_cli.main(again + ["--add-statistics", "--runs", "ssl-stage2-*-s1"]) == 0
     gained = json.loads((records / f"{plain1}.json").read_text())
     assert gained["test_stats"] == done[plain1]["test_stats"]
     assert {k: v for k, v in gained.items() if k != "test_stats"} == json.loads(old[plain1])
@@ -278,22 +278,22 @@ def test_a_work_dir_of_other_settings_is_refused(tmp_path, monkeypatch):
     """Finished runs are reused by name, so a work directory made with other settings is refused."""
     import dataclasses
 
-    import fidelity
-    import fidelity_plan as plan
+    from study import cli as study_cli
+    from study import plan
 
     (tmp_path / "preset.json").write_text(json.dumps(dataclasses.asdict(
         dataclasses.replace(plan.PRESETS["tiny"], lr=0.5)), default=list))
     with pytest.raises(SystemExit, match='other settings.*"lr": \\{"then": 0.5, "now": 0.001\\}.*--work-dir'):
-        fidelity.main(["--preset", "tiny", "--work-dir", str(tmp_path), "--report-only"])
+        study_cli.main(["--preset", "tiny", "--work-dir", str(tmp_path), "--report-only"])
 
 
 def test_post_norm_runs_use_the_presets_post_norm_schedule(tmp_path):
     """Post-norm and transparent-on-post-norm runs train at the preset's post-norm lr and warm-up
-    (tuned at 6-3, benchmarks/fidelity_findings.md); every other run at the shared ones."""
+    (tuned at 6-3, study/findings.md); every other run at the shared ones."""
     import shlex
 
-    import fidelity_plan as plan
-    import fidelity_runner as runner
+    from study import plan
+    from study import run as runner
 
     p = plan.PRESETS["cpu"]
     assert p.postnorm_lr is not None and p.postnorm_lr != p.lr
@@ -314,9 +314,9 @@ def test_cuda_moves_a_float32_presets_commands_to_the_gpu_and_its_seconds_out_of
     budget is not set by their (GPU) seconds per update."""
     import shlex
 
-    import fidelity_plan as plan
-    import fidelity_report
-    import fidelity_runner as runner
+    from study import plan
+    from study import report as study_report
+    from study import run as runner
 
     p = plan.PRESETS["cpu"]
     run = plan.depth_runs(p, [1])[0]
@@ -334,16 +334,16 @@ def test_cuda_moves_a_float32_presets_commands_to_the_gpu_and_its_seconds_out_of
                 "machine": {"cpu": "x", **({"device": device} if device else {})}}
 
     missing = ["conv-prenorm-24-s2"]
-    cpu_only = fidelity_report.remaining_hours(p, missing, {"conv-prenorm-24-s1": rec(1000.0)})
-    both = fidelity_report.remaining_hours(p, missing, {"conv-prenorm-24-s1": rec(1000.0),
+    cpu_only = study_report.remaining_hours(p, missing, {"conv-prenorm-24-s1": rec(1000.0)})
+    both = study_report.remaining_hours(p, missing, {"conv-prenorm-24-s1": rec(1000.0),
                                                         "conv-dlcl-24-s1": rec(10.0, "cuda"),
                                                         "conv-msc-24-s1": rec(10.0, "cuda")})
     assert cpu_only == both > 0
     # core-hours: a run that trained with 2 threads kept 2 cores busy for its wall seconds
     # (the same as 2000 s with 1 thread; the evaluation's fixed seconds are not per update)
     two = {"conv-prenorm-24-s1": {**rec(1000.0), "machine": {"cpu": "x", "threads": 2}}}
-    assert fidelity_report.remaining_hours(p, missing, two) == \
-        fidelity_report.remaining_hours(p, missing, {"conv-prenorm-24-s1": rec(2000.0)}) > cpu_only
+    assert study_report.remaining_hours(p, missing, two) == \
+        study_report.remaining_hours(p, missing, {"conv-prenorm-24-s1": rec(2000.0)}) > cpu_only
 
 
 class _RecordingStudy:
@@ -393,11 +393,11 @@ def test_a_headline_difference_under_1_bleu_gets_a_third_seed(tmp_path, monkeypa
     skipping comparison, both of its systems get seed 3, trained as seeds 1-2 were (stage 2 from
     stage 1's best checkpoint); a difference of 1 BLEU or more gets none. The third seed is in the
     plan, and the report's call says it waits for it until it has run."""
-    import fidelity_plan as plan
-    import fidelity_runner as runner
-    import fidelity_report
+    from study import plan
+    from study import run as runner
+    from study import report as study_report
 
-    monkeypatch.setattr(fidelity_report, "FINDINGS", tmp_path / "none.md")
+    monkeypatch.setattr(study_report, "FINDINGS", tmp_path / "none.md")
     p = plan.PRESETS["cpu"]
     skip, plain = f"ssl-stage2-skip-{p.ssl_layers}", f"ssl-stage2-plain-{p.ssl_layers}"
     # seeds 1, 2: plain 17.0 / 18.0, skipping + skip_gain; a third seed moves skipping up by 1
@@ -417,7 +417,7 @@ def test_a_headline_difference_under_1_bleu_gets_a_third_seed(tmp_path, monkeypa
     two = {n: r for n, r in results.items() if not n.endswith("-s3")}
     for res, waits in ((two, third), (results, False)):
         report = tmp_path / "fidelity.md"
-        fidelity_report.write_report(res, p, report, tmp_path)
+        study_report.write_report(res, p, report, tmp_path)
         call = [line for line in report.read_text().splitlines() if line.startswith(f"- {skip}")]
         assert len(call) == 1 and ("a third seed is planned" in call[0]) == waits, call
         assert ("2 vs 2 seeds" if res is two or not third else "3 vs 3 seeds") in call[0]
@@ -428,34 +428,34 @@ def test_a_work_dir_from_before_a_new_setting_is_reused(tmp_path):
     the finished runs of a long study are not refused (close_bleu came after the CPU preset's runs)."""
     import dataclasses
 
-    import fidelity
-    import fidelity_plan as plan
+    from study import cli as study_cli
+    from study import plan
 
     old = dataclasses.asdict(plan.PRESETS["cpu"])
     assert old.pop("close_bleu") == 1.0  # the default
     for new_runs_only in plan.NEW_RUNS_ONLY:  # settings of runs added later: a directory without them has none
         old.pop(new_runs_only)
     (tmp_path / "preset.json").write_text(json.dumps(old, default=list))
-    assert fidelity.main(["--preset", "cpu", "--work-dir", str(tmp_path), "--report-only",
+    assert study_cli.main(["--preset", "cpu", "--work-dir", str(tmp_path), "--report-only",
                           "--report", str(tmp_path / "r.md")]) == 0
     assert json.loads((tmp_path / "preset.json").read_text())["converged_cap"] == plan.PRESETS["cpu"].converged_cap
     stamped = json.loads((tmp_path / "preset.json").read_text())
     stamped["converged_cap"] = 99  # once stamped, a change of them is refused like any other
     (tmp_path / "preset.json").write_text(json.dumps(stamped))
     with pytest.raises(SystemExit, match="converged_cap"):
-        fidelity.main(["--preset", "cpu", "--work-dir", str(tmp_path), "--report-only"])
+        study_cli.main(["--preset", "cpu", "--work-dir", str(tmp_path), "--report-only"])
     old["lr"] = 0.5  # a changed setting is still refused
     (tmp_path / "preset.json").write_text(json.dumps(old, default=list))
     with pytest.raises(SystemExit, match='"lr": \\{"then": 0.5, "now": 0.003\\}'):
-        fidelity.main(["--preset", "cpu", "--work-dir", str(tmp_path), "--report-only"])
+        study_cli.main(["--preset", "cpu", "--work-dir", str(tmp_path), "--report-only"])
 
 
 def test_a_close_teacher_gets_its_third_seed_and_only_seed_1_distils(tmp_path):
     """GPKD: the teacher is trained with every seed; seed 1's makes the SKD data and the student
     initialisation. A teacher less than 1 BLEU from the baseline gets a third seed, and so does the
     baseline; the students, far from both, get none."""
-    import fidelity_plan as plan
-    import fidelity_runner as runner
+    from study import plan
+    from study import run as runner
 
     p = plan.PRESETS["cpu"]
     (tmp_path / "skd-bin").mkdir()
@@ -477,8 +477,8 @@ def test_the_students_rebuild_the_teacher_only_when_they_need_it(tmp_path, monke
     """A fresh clone has the records of the teacher and the students but not the teacher's
     checkpoint: nothing is rebuilt while every student is recorded; once one is missing, the
     teacher of seed 1 is trained again (its averaged checkpoint makes the SKD data)."""
-    import fidelity_plan as plan
-    import fidelity_runner as runner
+    from study import plan
+    from study import run as runner
 
     p = plan.PRESETS["cpu"]
     study = _RecordingStudy(tmp_path, lambda r: 15.0)
@@ -500,8 +500,8 @@ def test_the_students_rebuild_the_teacher_only_when_they_need_it(tmp_path, monke
 def test_the_deep_decoder_depth_waits_for_the_whole_search(tmp_path):
     """A search run that failed without diverging (killed, out of memory) is retried by the next
     run of the study; until then no depth is chosen and no comparison run starts."""
-    import fidelity_plan as plan
-    import fidelity_runner as runner
+    from study import plan
+    from study import run as runner
 
     p = plan.PRESETS["cpu"]
     search = [r.name for r in plan.dd_search_runs(p, 1)]
@@ -526,8 +526,8 @@ def test_a_run_being_trained_by_another_study_command_is_skipped(tmp_path):
     train the same run at once: the second skips it, records nothing, and trains it once free."""
     import fcntl
 
-    import fidelity_plan as plan
-    import fidelity_runner as runner
+    from study import plan
+    from study import run as runner
 
     p = plan.PRESETS["tiny"]
     study = runner.Study(p, tmp_path, tmp_path / "no-data", tmp_path / "tok", fork=False)
@@ -543,7 +543,7 @@ def test_a_run_being_trained_by_another_study_command_is_skipped(tmp_path):
 
 
 def test_lease_script_reports_updates_and_pauses_a_run_by_its_log(tmp_path):
-    """benchmarks/fidelity_lease.sh (the GPU preset on a lent machine): ``status`` gives each
+    """study/lease.sh (the GPU preset on a lent machine): ``status`` gives each
     run's last logged update and whether it is done; ``pause RUN`` stops (SIGSTOP) exactly the
     process that writes that run's train.log."""
     import os
@@ -552,7 +552,7 @@ def test_lease_script_reports_updates_and_pauses_a_run_by_its_log(tmp_path):
     import time
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "fidelity_lease.sh"
+    script = Path(__file__).resolve().parents[1] / "study" / "lease.sh"
     runs = tmp_path / "runs"
     for name, updates, done in (("prenorm-6-s1", 1500, True), ("msc-6-s1", 1100, False)):
         (runs / name).mkdir(parents=True)
@@ -582,7 +582,7 @@ def test_lease_script_reports_updates_and_pauses_a_run_by_its_log(tmp_path):
 
 
 def test_lease_collect_brings_back_records_and_logs_but_no_checkpoint(tmp_path):
-    """``fidelity_lease.sh collect`` packs the log, the records (partial ones too) and the runs'
+    """``study/lease.sh collect`` packs the log, the records (partial ones too) and the runs'
     train logs, and no checkpoint: neither a saved ``*.pt`` nor the temporary file fairseq is
     writing when the deadline stops it, which once made the archive too large to come back."""
     import os
@@ -591,7 +591,7 @@ def test_lease_collect_brings_back_records_and_logs_but_no_checkpoint(tmp_path):
     import time
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "fidelity_lease.sh"
+    script = Path(__file__).resolve().parents[1] / "study" / "lease.sh"
     run, records, out = tmp_path / "runs" / "conv-prenorm-6-s1", tmp_path / "records", tmp_path / "out"
     for d in (run, records / "partial", out):
         d.mkdir(parents=True)
@@ -608,7 +608,7 @@ def test_lease_collect_brings_back_records_and_logs_but_no_checkpoint(tmp_path):
     assert {"gpu.log", "train.log", "conv-prenorm-6-s1.json"} <= names, names
     assert not any(".pt" in n for n in names), names
 
-    # FIDELITY_PRESET=cpu (fidelity.py --cuda): the records directory holds the committed records too;
+    # FIDELITY_PRESET=cpu (python -m study --cuda): the records directory holds the committed records too;
     # only those written after the launch (its stamp) come back, into cpu.tgz
     (records / "conv-dlcl-24-s1.json").write_text("{}")  # committed
     (records / ".launched").touch()
@@ -652,13 +652,13 @@ def test_lease_collect_brings_back_records_and_logs_but_no_checkpoint(tmp_path):
 
 
 def test_prepare_only_builds_the_data_and_trains_nothing(tmp_path):
-    """``--prepare-only`` (what fidelity_lease.sh pack carries to a machine without network): the
+    """``--prepare-only`` (what study/lease.sh pack carries to a machine without network): the
     binarized splits and the training sample, no run and no report."""
-    import fidelity
-    import fidelity_plan as plan
+    from study import cli as study_cli
+    from study import plan
 
     work, report = tmp_path / "work", tmp_path / "fidelity.md"
-    assert fidelity.main(["--preset", "tiny", "--work-dir", str(work), "--report", str(report), "--prepare-only"]) == 0
+    assert study_cli.main(["--preset", "tiny", "--work-dir", str(work), "--report", str(report), "--prepare-only"]) == 0
     for split in ("train", "valid", "test", "trainsample"):
         assert (work / "data-bin" / f"{split}.en-de.de.bin").stat().st_size > 0, split
     assert len((work / "tok" / "trainsample.raw.de").read_text().splitlines()) == plan.PRESETS["tiny"].train_sample
@@ -669,7 +669,7 @@ def test_only_the_committed_presets_write_into_the_repository_by_default(tmp_pat
     """`--preset cpu` and `--preset gpu` keep their records and reports apart (the GPU report
     must not overwrite docs/fidelity.md, the CPU one); a tiny or --work-dir study keeps both in
     its work directory, so that trying the pipeline never overwrites the committed evidence."""
-    import fidelity_plan as plan
+    from study import plan
 
     repo = plan.REPO
     cpu, gpu = plan.outputs("cpu", None, None, None), plan.outputs("gpu", None, None, None)
@@ -684,8 +684,8 @@ def test_only_the_committed_presets_write_into_the_repository_by_default(tmp_pat
 
 def _stopped_then_finished(work):
     """A stand-in for ``Launcher.run``: each call does ``work(log_file)``; the first is then stopped by
-    the deadline (:class:`fidelity_launcher.Deadline`), the second ends with exit code 0."""
-    import fidelity_launcher as launcher_mod
+    the deadline (:class:`study.launcher.Deadline`), the second ends with exit code 0."""
+    from study import launcher as launcher_mod
 
     segments = iter([launcher_mod.Deadline(), 0])
 
@@ -703,9 +703,9 @@ def test_train_seconds_of_a_stopped_and_resumed_run_counts_every_segment(tmp_pat
     segments, not only of the last."""
     import time
 
-    import fidelity_launcher as launcher_mod
-    import fidelity_plan as plan
-    import fidelity_runner as runner
+    from study import launcher as launcher_mod
+    from study import plan
+    from study import run as runner
 
     p = plan.PRESETS["tiny"]
     study = runner.Study(p, tmp_path, tmp_path / "no-data", tmp_path / "tok", fork=False)
@@ -719,19 +719,74 @@ def test_train_seconds_of_a_stopped_and_resumed_run_counts_every_segment(tmp_pat
     assert out["returncode"] == 0 and 0.6 <= out["train_seconds"] < 5
 
 
+def test_a_run_is_a_train_stage_then_an_evaluate_stage_on_the_job_runner(tmp_path, monkeypatch):
+    """Issue 80, part 2: a run's training and its evaluation are stages that the one job runner
+    (deepnmt_fairseq.jobs.runner.Runner) executes, each command started through the study's launcher;
+    the run directory keeps its layout: ``.trained`` (the training's done-marker, its seconds),
+    ``train.log``, ``eval.out``/``eval.log``, ``done.json``.  A directory trained before (``.trained``
+    there, no ``done.json``) is evaluated without training again; a finished one starts nothing."""
+    import json
+    import sys
+
+    from deepnmt_fairseq.jobs import runner as job_runner
+    from study import plan
+    from study import run as runner
+
+    p = plan.PRESETS["tiny"]
+    study = runner.Study(p, tmp_path, tmp_path / "no-data", tmp_path / "tok", fork=False)
+    monkeypatch.setattr(runner.Study, "losses", staticmethod(lambda save: [(1, 5.0), (2, 4.0)]))
+    monkeypatch.setattr(runner.Study, "machine", lambda self: {"cpu": "test"})
+    stages, started = [], []
+    real = job_runner.Runner.run
+
+    def run_stages(self, st):
+        st = list(st)
+        assert self.start is not None  # every stage's command goes through the launcher
+        stages.extend((s.kind, s.done_file().name, s.is_done()) for s in st)
+        return real(self, st)
+
+    monkeypatch.setattr(job_runner.Runner, "run", run_stages)
+
+    def launched(cmd, out, err=None, tick=None):
+        started.append((Path(str(cmd[1])).name if str(cmd[0]) == sys.executable else Path(str(cmd[0])).name,
+                        Path(out).name, err and Path(err).name))
+        with open(out, "a") as f:
+            f.write(json.dumps({"valid_nll": 3.5, "bleu": 1.5, "train_bleu": 2.5}) + "\n"
+                    if str(cmd[0]) == sys.executable else "trained\n")
+        return 0
+
+    study.launch.run = launched
+    run = plan.baseline(p, [1])[0]
+    out = study.train(run)
+    save = study.dir(run.name)
+    assert started == [("fairseq-train", "train.log", None), ("evaluate.py", "eval.out", "eval.log")]
+    assert stages == [("train", ".trained", False), ("evaluate", "eval.out", False)]
+    assert float((save / ".trained").read_text()) == out["train_seconds"] and out["bleu"] == 1.5
+    assert json.loads((save / "done.json").read_text())["bleu"] == 1.5
+    assert " study/evaluate.py --data " in out["eval_command"]  # as a reader of the record types it
+
+    started.clear(), stages.clear()
+    assert study.train(run) == json.loads(json.dumps(out)) and started == [] and stages == []  # finished
+    (save / "done.json").unlink()  # trained by an earlier study command, not yet evaluated
+    (save / ".trained").write_text("12.5\n")
+    again = study.train(run)
+    assert stages == [("train", ".trained", True), ("evaluate", "eval.out", False)]
+    assert started == [("evaluate.py", "eval.out", "eval.log")] and again["train_seconds"] == 12.5
+
+
 def test_the_findings_live_in_the_cpu_report_and_the_gpu_report_points_to_them(tmp_path, monkeypatch):
-    import fidelity_plan as plan
-    import fidelity_report
+    from study import plan
+    from study import report as study_report
 
     findings = tmp_path / "findings.md"
     findings.write_text("## Findings\n\nthe measured story\n")
-    monkeypatch.setattr(fidelity_report, "FINDINGS", findings)
+    monkeypatch.setattr(study_report, "FINDINGS", findings)
     results = {r["name"]: r for r in (_run("prenorm-6", 1, 30.0), _run("prenorm-6", 2, 31.0))}
     text = {}
     for preset in ("cpu", "gpu", "tiny"):
         report = tmp_path / preset / "fidelity.md"
         report.parent.mkdir()
-        fidelity_report.write_report(results, plan.PRESETS[preset], report, tmp_path)
+        study_report.write_report(results, plan.PRESETS[preset], report, tmp_path)
         text[preset] = report.read_text()
     assert "the measured story" in text["cpu"] and "[docs/fidelity.md](fidelity.md#findings)" not in text["cpu"]
     assert "the measured story" not in text["gpu"] and "[docs/fidelity.md](fidelity.md#findings)" in text["gpu"]
@@ -742,20 +797,20 @@ def test_the_findings_live_in_the_cpu_report_and_the_gpu_report_points_to_them(t
 def test_the_committed_cpu_report_embeds_the_committed_findings():
     """The findings are edited by hand after the report is generated; a report committed without
     `--report-only` after the edit would show readers the findings' previous text."""
-    import fidelity_plan as plan
-    import fidelity_report
+    from study import plan
+    from study import report as study_report
 
     report = plan.outputs("cpu", None, None, None)[2]
-    assert fidelity_report.FINDINGS.read_text().strip() in report.read_text(), (
-        "docs/fidelity.md embeds an older benchmarks/fidelity_findings.md: run "
-        "`python benchmarks/fidelity.py --preset cpu --report-only`")
+    assert study_report.FINDINGS.read_text().strip() in report.read_text(), (
+        "docs/fidelity.md embeds an older study/findings.md: run "
+        "`python -m study --preset cpu --report-only`")
 
 
 def test_runs_selects_the_matching_planned_runs_in_the_patterns_order(tmp_path):
     """--runs trains only the runs whose names match, the first matching pattern deciding the
     order (every 12-layer system's seed 1 before any seed 2), whatever --order says."""
-    import fidelity_plan as plan
-    import fidelity_runner as runner
+    from study import plan
+    from study import run as runner
 
     p = plan.PRESETS["cpu"]
     runs = plan.converged_runs(p, [1, 2])
@@ -783,9 +838,9 @@ def test_runs_pattern_that_matches_no_planned_run_is_refused(tmp_path):
     import sys
 
     repo = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, str(repo / "benchmarks" / "fidelity.py"), "--preset", "tiny",
+    out = subprocess.run([sys.executable, "-m", "study", "--preset", "tiny",
                           "--work-dir", str(tmp_path / "w"), "--runs", "conv-msc-*-s1", "conv-nosuch-*"],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, cwd=repo)
     assert out.returncode == 2
     assert "--runs 'conv-nosuch-*' matches none of the study's" in out.stderr
     assert not (tmp_path / "w" / "runs").exists()  # nothing trained
@@ -794,7 +849,7 @@ def test_runs_pattern_that_matches_no_planned_run_is_refused(tmp_path):
 def test_the_run_order_covers_every_planned_run_middle_depth_converged_first():
     import fnmatch
 
-    import fidelity_plan as plan
+    from study import plan
 
     p = plan.PRESETS["cpu"]
     order = [pat for _, pat in plan.run_order(p)]
@@ -809,7 +864,7 @@ def test_curve_table_gives_the_mean_at_every_budget_and_the_seeds_that_reached_i
     reached it, their number where a seed had stopped earlier; the sd column is the sample sd."""
     import statistics
 
-    import fidelity_report as report
+    from study import report
 
     def conv(system, seed, curve):
         return _run(system, seed, curve[-1][1], curve=[{"updates": u, "bleu": b} for u, b in curve])
@@ -829,7 +884,7 @@ def test_curve_table_gives_the_mean_at_every_budget_and_the_seeds_that_reached_i
 def test_weights_table_reads_transparent_rows_and_dlcls_output_row_from_the_records():
     """The mixing-weight analysis is generated from the records' ``layer_weights``: transparent
     attention's every decoder row, DLCL's output row only; min - max over rows and seeds."""
-    import fidelity_report as report
+    from study import report
 
     s1 = [[0.4, 0.2, 0.1, 0.1, 0.2], [0.3, 0.3, 0.2, 0.1, 0.1]]  # 2 decoder rows over y_0 .. y_4
     s2 = [[0.2, 0.2, 0.2, 0.2, 0.2]]
@@ -851,7 +906,7 @@ def test_curve_points_include_epoch_checkpoints_and_the_rest_are_pruned(tmp_path
     (checkpoint{E}.pt): it is a curve point too (the CPU corpus's 200-update epochs end on every
     800th update); epoch checkpoints that are no curve point go once the run is evaluated, but
     for the newest."""
-    import fidelity_runner as runner
+    from study import run as runner
 
     save = tmp_path / "run"
     save.mkdir()
@@ -881,8 +936,8 @@ def test_a_training_curve_run_keeps_only_its_newest_epochs_and_curve_points(tmp_
     read its update.  The training command gets that pruning as the launcher's tick."""
     from pathlib import Path
 
-    import fidelity_plan as plan
-    import fidelity_runner as runner
+    from study import plan
+    from study import run as runner
 
     save = tmp_path / "run"
     save.mkdir()
@@ -936,8 +991,8 @@ def test_a_training_curve_run_keeps_only_its_newest_epochs_and_curve_points(tmp_
 def test_order_budget_counts_each_missing_run_once_in_its_first_step():
     """The status line's per-step budget: every missing run lands in the first step whose pattern it
     matches (the last step, ``*``, gets only the rest), and the hours add up to the total."""
-    import fidelity_plan as plan
-    import fidelity_report as report
+    from study import plan
+    from study import report
 
     p = plan.PRESETS["cpu"]
     results = {"prenorm-12-s1": {"train_seconds": 1000.0, "losses": [[1600, 3.0]]},
@@ -960,10 +1015,10 @@ def test_a_run_stopped_by_the_deadline_keeps_its_valid_curve_until_its_record_re
     """A machine lent for minutes loses a stopped run's checkpoints: the stop keeps what the run's
     log says (``<records>/partial/<run>.json``: the valid NLL of every validation, the train loss and
     speed), the report shows it in section 1c without a call, and the finished run's record replaces it."""
-    import fidelity_launcher as launcher_mod
-    import fidelity_plan as plan
-    import fidelity_report
-    import fidelity_runner as runner
+    from study import launcher as launcher_mod
+    from study import plan
+    from study import report as study_report
+    from study import run as runner
 
     p = plan.PRESETS["tiny"]
     records = tmp_path / "records"
@@ -993,7 +1048,7 @@ def test_a_run_stopped_by_the_deadline_keeps_its_valid_curve_until_its_record_re
     assert part["machine"]["threads"] == 3 and part["machine"]["device"] == "cuda"
 
     report = tmp_path / "report.md"
-    fidelity_report.write_report({}, p, report, tmp_path, planned=[run.name], records=records)
+    study_report.write_report({}, p, report, tmp_path, planned=[run.name], records=records)
     text = report.read_text()
     assert "Of the others, 1 was stopped part-way by a deadline (its valid curve: section 1c)." in text
     assert "## 1c. Unfinished runs" in text and f"- `{run.name}` (unfinished, section 1c;" in text
@@ -1003,7 +1058,7 @@ def test_a_run_stopped_by_the_deadline_keeps_its_valid_curve_until_its_record_re
     out = study.train(run)  # resumed to the end: the record replaces the partial one
     assert out["returncode"] == 0 and not (records / "partial" / f"{run.name}.json").exists()
     assert out["machine"]["threads"] == 3 and out["machine"]["device"] == "cuda"
-    fidelity_report.write_report(plan.finished(tmp_path, records), p, report, tmp_path, records=records)
+    study_report.write_report(plan.finished(tmp_path, records), p, report, tmp_path, records=records)
     assert "## 1c. Unfinished runs" not in report.read_text()
 
 
@@ -1012,9 +1067,9 @@ def test_a_segment_that_restarted_without_the_checkpoints_never_overwrites_a_fur
     """A new machine (a fresh work directory) lacks the checkpoints of a run that an earlier machine
     stopped part-way: the run trains from update 0, says so, and its partial record (further on) is
     kept when this segment stops behind it; a segment that passes it replaces it."""
-    import fidelity_launcher as launcher_mod
-    import fidelity_plan as plan
-    import fidelity_runner as runner
+    from study import launcher as launcher_mod
+    from study import plan
+    from study import run as runner
 
     p = plan.PRESETS["tiny"]
     records = tmp_path / "records"
@@ -1049,24 +1104,24 @@ def test_a_segment_that_restarted_without_the_checkpoints_never_overwrites_a_fur
 def test_the_status_line_names_finished_records_the_plan_no_longer_holds(tmp_path):
     """The header counts every record, the status line the planned ones: a record outside the plan
     (e.g. of a deep-decoder depth the valid-set choice no longer picks) is named, so the two counts agree."""
-    import fidelity_plan as plan
-    import fidelity_report
+    from study import plan
+    from study import report as study_report
 
     p = plan.PRESETS["tiny"]
     run = plan.baseline(p, [1])[0]
     report = tmp_path / "report.md"
-    fidelity_report.write_report({"old-run-s1": {"name": "old-run-s1", "system": "old-run", "seed": 1}}, p, report, tmp_path,
+    study_report.write_report({"old-run-s1": {"name": "old-run-s1", "system": "old-run", "seed": 1}}, p, report, tmp_path,
                                  planned=[run.name], records=tmp_path / "records")
     text = report.read_text()
     assert "from 1 finished runs" in text and "**Status: 0 of 1 planned runs finished.**" in text
     assert "The other 1 of the 1 finished records (old-run-s1) are of runs the plan no longer holds" in text
-    fidelity_report.write_report({}, p, report, tmp_path, planned=[run.name], records=tmp_path / "records")
+    study_report.write_report({}, p, report, tmp_path, planned=[run.name], records=tmp_path / "records")
     assert "the plan no longer holds" not in report.read_text()
 
 
 @pytest.mark.parametrize("after", ["deadline", "error", "finished"])
 def test_a_signal_to_the_study_command_writes_the_report_and_exits_128_plus_the_signal(tmp_path, monkeypatch, after):
-    """benchmarks/fidelity.py runs the study under ``Launcher.stopping_on_signals``: a SIGTERM in the
+    """study/cli.py runs the study under ``Launcher.stopping_on_signals``: a SIGTERM in the
     middle of it stops it as the deadline does (nothing new starts), the report is still written
     from what has finished, the exit code is 128 + the signal, and the study's own handlers are
     restored afterwards.  An error after the signal (a command it ended before the handler ran) is
@@ -1074,7 +1129,7 @@ def test_a_signal_to_the_study_command_writes_the_report_and_exits_128_plus_the_
     and children: test_fidelity_launcher.py.)"""
     import signal
 
-    import fidelity
+    from study import cli as study_cli
 
     before = signal.getsignal(signal.SIGTERM)
     started = []
@@ -1088,32 +1143,32 @@ def test_a_signal_to_the_study_command_writes_the_report_and_exits_128_plus_the_
             study.launch.check()  # the next command would start here
             started.append("a command")
 
-    monkeypatch.setattr(fidelity, "prepare", lambda p, work: (work / "data-bin", work / "tok"))
-    monkeypatch.setattr(fidelity, "run_study", study_interrupted)
+    monkeypatch.setattr(study_cli, "prepare", lambda p, work: (work / "data-bin", work / "tok"))
+    monkeypatch.setattr(study_cli, "run_study", study_interrupted)
     work, report = tmp_path / "work", tmp_path / "fidelity.md"
-    code = fidelity.main(["--preset", "tiny", "--work-dir", str(work), "--report", str(report), "--exec"])
+    code = study_cli.main(["--preset", "tiny", "--work-dir", str(work), "--report", str(report), "--exec"])
     assert code == (0 if after == "finished" else 128 + signal.SIGTERM)
     assert started == [0.0] and report.exists()
     assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_the_cuda_flag_reaches_the_study_and_is_refused_without_a_gpu(tmp_path, monkeypatch):
-    """``fidelity.py --cuda`` builds the study with ``cuda=True`` (its commands without ``--cpu``);
+    """``python -m study --cuda`` builds the study with ``cuda=True`` (its commands without ``--cpu``);
     where torch sees no CUDA device it stops with an error naming the flag, before any run."""
     import torch
 
-    import fidelity
+    from study import cli as study_cli
 
     seen = []
-    monkeypatch.setattr(fidelity, "prepare", lambda p, work: (work / "data-bin", work / "tok"))
-    monkeypatch.setattr(fidelity, "run_study", lambda study, *a: seen.append(study.cuda))
+    monkeypatch.setattr(study_cli, "prepare", lambda p, work: (work / "data-bin", work / "tok"))
+    monkeypatch.setattr(study_cli, "run_study", lambda study, *a: seen.append(study.cuda))
     argv = ["--preset", "tiny", "--work-dir", str(tmp_path / "work"), "--report", str(tmp_path / "r.md"), "--exec"]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert fidelity.main(argv + ["--cuda"]) == 0 and fidelity.main(argv) == 0
+    assert study_cli.main(argv + ["--cuda"]) == 0 and study_cli.main(argv) == 0
     assert seen == [True, False]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit) as e:
-        fidelity.main(argv + ["--cuda"])
+        study_cli.main(argv + ["--cuda"])
     assert e.value.code == 2 and seen == [True, False]
 
 
@@ -1130,7 +1185,7 @@ def _sentences(seed=5, n=80):
 
 def _system(refs, noisy, good_every):
     """Sentence statistics of a system that gets every ``good_every``-th sentence right (0: none)."""
-    from fidelity_stats import sentence_stats
+    from study.stats import sentence_stats
 
     hyps = [r if good_every and i % good_every == 0 else h for i, (r, h) in enumerate(zip(refs, noisy))]
     return sentence_stats(hyps, refs)
@@ -1141,7 +1196,7 @@ def test_the_seed_level_test_finds_a_difference_every_seed_shows_and_not_a_one_s
     seed-level bootstrap finds it (p < 0.05).  Only one seed of A does (the other two are B's): the
     paired bootstrap over sentences, which averages the seeds, still finds a difference, but the
     seed-level one does not, since the resamples without that seed have none."""
-    from fidelity_stats import ALPHA, paired_bootstrap, seed_bootstrap
+    from study.stats import ALPHA, paired_bootstrap, seed_bootstrap
 
     refs, noisy = _sentences()
     b = [_system(refs, noisy[k:] + noisy[:k], 0) for k in range(3)]
@@ -1160,7 +1215,7 @@ def test_the_seed_level_test_finds_a_difference_every_seed_shows_and_not_a_one_s
 
 
 def test_a_thin_call_is_labelled_narrow_by_the_rule_and_a_wide_one_is_not():
-    from fidelity_report import NARROW_MARGIN, call, changed_calls, round2_label
+    from study.report import NARROW_MARGIN, call, changed_calls, round2_label
 
     a = [_run("a", s, v) for s, v in ((1, 22.0), (2, 22.1), (3, 22.2))]
     b = [_run("b", s, v) for s, v in ((1, 21.0), (2, 21.4), (3, 21.9))]  # spread 0.9, diff 0.67: within
@@ -1177,7 +1232,7 @@ def test_a_thin_call_is_labelled_narrow_by_the_rule_and_a_wide_one_is_not():
 
 
 def test_a_call_whose_sides_ran_on_different_cpu_types_is_marked_confounded():
-    from fidelity_report import call, cpu_type, machine_of
+    from study.report import call, cpu_type, machine_of
 
     xeon = {"cpu": "Intel(R) Xeon(R) Processor", "kernels": "AVX512", "threads": 1}
     epyc = {"cpu": "AMD EPYC", "kernels": "AVX512", "threads": 2}
@@ -1197,7 +1252,7 @@ def test_a_call_whose_sides_ran_on_different_cpu_types_is_marked_confounded():
 
 
 def test_a_still_improving_run_is_marked_in_the_table_and_in_its_calls():
-    from fidelity_report import IMPROVING_K, call, still_improving, table
+    from study.report import IMPROVING_K, call, still_improving, table
 
     def conv(seed, nlls, bleu):
         return _run("conv-x-24", seed, bleu, curve=[{"updates": 800 * (i + 1), "valid_nll": v, "bleu": 1.0}
@@ -1217,7 +1272,7 @@ def test_a_still_improving_run_is_marked_in_the_table_and_in_its_calls():
 
 def test_every_committed_record_says_its_cpu_isa_and_threads():
     """Round 3 backfilled the machine of every record ("unknown" where nothing says it)."""
-    from fidelity_plan import RECORDS, REPO
+    from study.plan import RECORDS, REPO
 
     files = [f for f in (REPO / RECORDS).rglob("*.json") if f.name not in ("preset.json", "dd-depth.json")]
     assert len(files) > 150
@@ -1230,8 +1285,8 @@ def test_readmes_evidence_table_is_the_one_the_records_make(tmp_path):
     """README's evidence table (issue 72) is generated from the committed records between two
     markers; it and docs/evidence-table.md must equal what the records make now, so a record that
     changes without the table failing here cannot happen."""
-    import fidelity_plan as plan
-    import fidelity_report as report
+    from study import plan
+    from study import report
 
     results = plan.finished(tmp_path / "no-work", plan.REPO / plan.RECORDS / "cpu")
     p = plan.PRESETS["cpu"]
@@ -1239,20 +1294,20 @@ def test_readmes_evidence_table_is_the_one_the_records_make(tmp_path):
     block = report.readme_evidence_block()
     assert block is not None, (
         f"README.md has no evidence table: add the lines {report.EVIDENCE_START} and {report.EVIDENCE_END} where it "
-        "belongs, then run `python benchmarks/fidelity.py --preset cpu --report-only`, which writes it between them")
-    assert block == table, "README's evidence table differs from the records: run `python benchmarks/fidelity.py --preset cpu --report-only`"
+        "belongs, then run `python -m study --preset cpu --report-only`, which writes it between them")
+    assert block == table, "README's evidence table differs from the records: run `python -m study --preset cpu --report-only`"
 
 
 def test_the_evidence_table_page_is_the_one_the_records_make(tmp_path):
     """docs/evidence-table.md (the same table, its links from docs/) equals what the committed records
     make, and a record that changes changes the table."""
-    import fidelity_plan as plan
-    import fidelity_report as report
+    from study import plan
+    from study import report
 
     results = plan.finished(tmp_path / "no-work", plan.REPO / plan.RECORDS / "cpu")
     p = plan.PRESETS["cpu"]
     assert report.EVIDENCE_TABLE.read_text() == "# The evidence, in one table\n\n" + report.evidence_table(results, p, "../"), (
-        "docs/evidence-table.md differs from the records: run `python benchmarks/fidelity.py --preset cpu --report-only`")
+        "docs/evidence-table.md differs from the records: run `python -m study --preset cpu --report-only`")
     table = report.evidence_table(results, p)
     assert "| pre-norm | 24 | 18.58 ± 1.71 (3 seeds), still improving: 2 of 3 | worse than pre-norm-6 (-3.66); confounded with the CPU type; both sides still improving |" in table
     name = "conv-msc-24-s1"
@@ -1261,8 +1316,8 @@ def test_the_evidence_table_page_is_the_one_the_records_make(tmp_path):
 
 
 def test_write_evidence_table_replaces_only_the_block_between_the_markers(tmp_path):
-    import fidelity_plan as plan
-    import fidelity_report as report
+    from study import plan
+    from study import report
 
     results = {r["name"]: r for r in (_run("conv-prenorm-2", 1, 3.0), _run("conv-prenorm-2", 2, 3.5),
                                       _run("conv-msc-2", 1, 5.0), _run("conv-msc-2", 2, 5.4))}
@@ -1279,8 +1334,8 @@ def test_write_evidence_table_replaces_only_the_block_between_the_markers(tmp_pa
 
 def test_the_findings_give_the_figures_the_records_make():
     """Figures of the findings that the records make (issue 72 found two stale)."""
-    import fidelity_plan as plan
-    import fidelity_report as report
+    from study import plan
+    from study import report
 
     systems = plan.by_system(plan.finished(Path("/nonexistent"), plan.REPO / plan.RECORDS / "cpu"))
     text = " ".join(report.FINDINGS.read_text().split())
@@ -1294,7 +1349,7 @@ def test_the_findings_use_no_adjective_the_rule_does_not_give():
     """Issue 69 found words beyond the records: a system called "the best" by its mean alone, a
     one-seed curve that "reproduces", a thin call called plainly.  The adjectives now come from the
     rule (`call`'s labels); these phrases must not come back."""
-    import fidelity_report as report
+    from study import report
 
     text = " ".join(report.FINDINGS.read_text().split())
     for phrase in ("It is the best 24-layer system", "*does* reproduce in the setting closest",
@@ -1310,11 +1365,11 @@ def test_the_committed_report_is_what_the_committed_records_regenerate(tmp_path)
     'Generated by' line (issue 80, part 2: every call regenerates identically)."""
     import re
 
-    import fidelity
+    from study import cli as study_cli
 
     repo = Path(__file__).resolve().parents[1]
     out = tmp_path / "report.md"
-    assert fidelity.main(["--preset", "cpu", "--report-only", "--work-dir", str(tmp_path / "work"), "--records",
+    assert study_cli.main(["--preset", "cpu", "--report-only", "--work-dir", str(tmp_path / "work"), "--records",
                           str(repo / "benchmarks" / "results" / "fidelity" / "cpu"), "--report", str(out)]) == 0
 
     def undated(text):
@@ -1323,4 +1378,4 @@ def test_the_committed_report_is_what_the_committed_records_regenerate(tmp_path)
 
     committed, regenerated = undated((repo / "docs" / "fidelity.md").read_text()), undated(out.read_text())
     assert regenerated == committed, "docs/fidelity.md differs from what the records regenerate: run " \
-                                     "python benchmarks/fidelity.py --preset cpu --report-only"
+                                     "python -m study --preset cpu --report-only"

@@ -1,7 +1,7 @@
 """No import cycle among the project's own modules (issue 33).
 
-Reads every module of the packages (deepnmt_fairseq, deepnmt_deploy, deepnmt_data, deepnmt_cli) and of
-benchmarks/ with :mod:`ast` (no import is executed), takes every import statement, at module
+Reads every module of the packages (deepnmt_fairseq, deepnmt_deploy, deepnmt_data, deepnmt_cli, and the
+evidence study's room, study) and of benchmarks/ with :mod:`ast` (no import is executed), takes every import statement, at module
 level and inside functions alike, resolves it to a project module (``from .x import y`` is the
 submodule ``x.y`` when that is a module, else ``x``), and fails on a cycle, naming it.  A module's
 implicit import of its own parent package (Python imports ``a`` before ``a.b``) is not an edge:
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Dict, List, Set
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("deepnmt_fairseq", "deepnmt_deploy", "deepnmt_data", "deepnmt_cli")
+PACKAGES = ("deepnmt_fairseq", "deepnmt_deploy", "deepnmt_data", "deepnmt_cli", "study")
 
 
 def _modules() -> Dict[str, Path]:
@@ -115,8 +115,8 @@ def test_the_checker_finds_a_cycle_and_the_function_level_imports():
     # a function-level import is an edge (deepnmt_fairseq.analysis.param_counts imports the
     # architectures inside default_vocab)
     assert "deepnmt_fairseq.models.architectures" in graph["deepnmt_fairseq.analysis.param_counts"]
-    # benchmarks import each other by top-level name
-    assert "fidelity_plan" in graph["fidelity_report"]
+    # the study's modules import each other relatively (study/report.py: from .plan import ...)
+    assert "study.plan" in graph["study.report"]
 
 
 def test_no_import_cycle_among_the_projects_modules():
@@ -150,25 +150,33 @@ def _docstrings(tree: ast.AST) -> Set[int]:
     return out
 
 
-def cli_names_in_strings(source: str) -> List[str]:
-    """The strings (not docstrings) of ``source`` that name a module of deepnmt_cli, with their line."""
+#: the study's room (study/) named in a string as a module: "study.plan", "study.run:main", or the bare
+#: package name a ``python -m study`` or importlib would be handed (prose says "the study", never "study" alone)
+STUDY_NAME = re.compile(r"^study$|(?<![\w/.])study(\.\w+)+(:\w+)?(?![\w/])")
+
+
+def cli_names_in_strings(source: str, pattern: "re.Pattern[str]" = CLI_NAME) -> List[str]:
+    """The strings (not docstrings) of ``source`` that name a module of deepnmt_cli (or what ``pattern``
+    matches), with their line."""
     tree = ast.parse(source)
     docs = _docstrings(tree)
     hits = [node for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
-            and id(node) not in docs and CLI_NAME.search(node.value)]
+            and id(node) not in docs and pattern.search(node.value)]
     return [f"line {node.lineno}: {node.value!r}" for node in sorted(hits, key=lambda n: (n.lineno, n.col_offset))]
 
 
-def arrows_into_cli(mods: Dict[str, Path]) -> List[str]:
-    """Every way a module of the library rooms reaches deepnmt_cli: an import statement (at module level
-    or in a function), or a module name in a string (importlib, runpy, ``python -m``)."""
+def arrows_into_cli(mods: Dict[str, Path], room: str = "deepnmt_cli") -> List[str]:
+    """Every way a module of the library rooms reaches ``room`` (deepnmt_cli, or the study): an import
+    statement (at module level or in a function), or a module name in a string (importlib, runpy,
+    ``python -m``)."""
     graph = import_graph(mods)
+    pattern = CLI_NAME if room == "deepnmt_cli" else STUDY_NAME
     out = []
     for mod, path in sorted(mods.items()):
         if mod.split(".")[0] not in LIBRARY:
             continue
-        out += [f"{mod} imports {e}" for e in sorted(graph[mod]) if e.split(".")[0] == "deepnmt_cli"]
-        out += [f"{mod} names {hit}" for hit in cli_names_in_strings(path.read_text(encoding="utf-8"))]
+        out += [f"{mod} imports {e}" for e in sorted(graph[mod]) if e.split(".")[0] == room]
+        out += [f"{mod} names {hit}" for hit in cli_names_in_strings(path.read_text(encoding="utf-8"), pattern)]
     return out
 
 
@@ -208,6 +216,30 @@ def test_library_code_never_reaches_the_console_scripts():
     arrows = arrows_into_cli(_modules())
     assert not arrows, "arrows into the command-line layer (move what both need into the library):\n" + \
         "\n".join(arrows)
+
+
+def test_library_code_never_reaches_the_study():
+    """The evidence study (study/: plan, run, statistics, report) uses the library; the library
+    (deepnmt_fairseq, deepnmt_data, deepnmt_deploy) never imports it, nor names one of its modules in
+    a string (issue 80, part 2: the study in a room of its own)."""
+    assert "study.run" in _modules() and "study.report" in _modules()  # the walk sees the study's room
+    arrows = arrows_into_cli(_modules(), room="study")
+    assert not arrows, "arrows from the library into the study:\n" + "\n".join(arrows)
+    assert STUDY_NAME.search("study.plan") and STUDY_NAME.search("study") and not STUDY_NAME.search("the study.")
+
+
+def test_the_study_modules_import_each_other_one_way():
+    """The study's modules, each importing only those listed before it: plan, stats, launcher, report,
+    run, cli (and evaluate, the evaluation command every run calls, reads the statistics only)."""
+    graph = {m: {e for e in edges if e.startswith("study.")} for m, edges in import_graph(_modules()).items()
+             if m.startswith("study.")}
+    assert graph["study.plan"] == set() and graph["study.stats"] == set()  # the statistics read records only
+    assert graph["study.report"] == {"study.plan", "study.stats"}
+    assert graph["study.launcher"] == set()
+    assert graph["study.evaluate"] == {"study.stats"}
+    assert graph["study.run"] <= {"study.plan", "study.launcher"}
+    assert not {"study.cli", "study.__main__"} & set().union(*(graph[m] for m in graph if m not in
+                                                                ("study.cli", "study.__main__")))
 
 
 def test_console_scripts_import_no_heavy_module_at_module_level():

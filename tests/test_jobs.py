@@ -270,6 +270,33 @@ def test_runner_skips_done_stages_checks_first_and_names_the_failing_stage(tmp_p
     assert runner.ran == [] and any("stage 1/2 a: done earlier" in ln for ln in lines)
 
 
+def test_a_runner_starts_its_commands_the_way_it_is_handed(tmp_path):
+    """``Runner(start=...)``: every command of a stage is started by ``start(cmd, log)`` (the evidence
+    study's launcher), a done stage is still skipped, a done-marker the command did not write is an error,
+    and a failure names the stage with ``returncode`` kept for the caller."""
+    started = []
+
+    def start(cmd, log):
+        started.append((cmd[1:], log))
+        if cmd[-1] == "write":
+            Path(cmd[-2]).write_text("ok")
+            return 0
+        return 0 if cmd[-1] == "silent" else 7
+
+    r = job_runner.Runner("t", echo=None, in_process=False, start=start)
+    out = tmp_path / "out.txt"
+    a = Stage("a", ["python", str(out), "write"], out, log=tmp_path / "a.log")
+    r.run([a])
+    assert started == [([str(out), "write"], tmp_path / "a.log")] and r.returncode == 0
+    r.run([a])  # done: skipped, nothing started
+    assert len(started) == 1
+    with pytest.raises(job_runner.RunError, match="finished without writing"):
+        r.run([Stage("b", ["python", "x", "silent"], tmp_path / "never")])
+    with pytest.raises(job_runner.RunError, match=r"stage c: python failed \(exit 7\)"):
+        r.run([Stage("c", ["python", "x", "fail"], tmp_path / "never", log=tmp_path / "no-such.log")])
+    assert r.returncode == 7
+
+
 def test_a_failing_preflight_runs_nothing(tmp_path):
     ran = tmp_path / "ran"
 

@@ -193,7 +193,7 @@ def test_counts_table_lists_every_named_architecture():
 
 
 def test_learned_layer_weights_are_what_the_model_uses():
-    """The weights an analysis reads (fidelity_eval.py writes them into the study's records): the
+    """The weights an analysis reads (study/evaluate.py writes them into the study's records): the
     transparent s of Eq. 1 without dropout (each decoder layer's row sums to 1), DLCL's lower-triangular
     W as trained; memories without learned layer weights give None."""
     tr = build_model("deepnmt_transformer", TINY + ["--deep-memory", "transparent", "--encoder-layers", "3",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import fidelity_plan as plan
+from study import plan
 
 REPO = Path(__file__).resolve().parents[1]
 CPU = plan.PRESETS["cpu"]
@@ -41,7 +41,7 @@ def test_the_grid_is_the_issues_grid_for_every_post_norm_family():
 
 
 def test_sweep_commands_train_at_their_grid_point_admin_on_radam_and_read_valid_only(tmp_path):
-    import fidelity_runner as runner
+    from study import run as runner
 
     study = runner.Study(CPU, tmp_path, tmp_path / "bin", tmp_path / "tok", fork=False)
     seen = set()
@@ -124,14 +124,14 @@ def test_a_tiny_sweep_trains_on_radam_keeps_the_valid_curve_and_never_translates
     and its curve, and no test BLEU; the report's section 5 marks the (only) point as chosen."""
     import dataclasses
 
-    import fidelity
+    from study import cli as study_cli
 
     tiny = dataclasses.replace(plan.PRESETS["tiny"], sweep_updates=3, sweep_grid=((1e-3, 1),))
     monkeypatch.setitem(plan.PRESETS, "tiny", tiny)
     monkeypatch.setattr(plan, "SWEEP_FAMILIES", ("admin",))
     monkeypatch.setattr(plan, "PRENORM_CHECK", ())  # the same runner path; CI time
     work, report = tmp_path / "work", tmp_path / "report.md"
-    assert fidelity.main(["--preset", "tiny", "--work-dir", str(work), "--report", str(report),
+    assert study_cli.main(["--preset", "tiny", "--work-dir", str(work), "--report", str(report),
                           "--only", "postnorm-sweep", "--jobs", "1"]) == 0
     name = plan.sweep_name("admin", tiny.depths[-1], 1e-3, 1)
     rec = json.loads((work / "records" / f"{name}.json").read_text())
@@ -173,7 +173,7 @@ def test_diagnostic_runs_log_the_change_norms_and_the_big_batch_reaches_admins_3
     """Issue 77 part 4: the diagnostic runs train at their point with DeepNet's/Admin's diagnostics on
     (``--task deep_translation --log-change-norms``), valid only; the large-batch run is Admin at
     16 x 2048 = 32K tokens an update through --update-freq; no other run of the study changes."""
-    import fidelity_runner as runner
+    from study import run as runner
 
     study = runner.Study(CPU, tmp_path, tmp_path / "bin", tmp_path / "tok", fork=False)
     runs = plan.diag_runs(CPU)
@@ -206,7 +206,7 @@ def test_a_tiny_diagnostic_run_records_the_change_norms_of_every_layer(tmp_path,
     moving after it; the report's section 5b shows them."""
     import dataclasses
 
-    import fidelity
+    from study import cli as study_cli
 
     tiny = dataclasses.replace(plan.PRESETS["tiny"], diag_updates=4, diag_every=2, bigbatch_freq=0)
     monkeypatch.setitem(plan.PRESETS, "tiny", tiny)
@@ -214,7 +214,7 @@ def test_a_tiny_diagnostic_run_records_the_change_norms_of_every_layer(tmp_path,
     monkeypatch.setattr(plan, "DIAG_POINTS", ((1e-3, 1),))
     monkeypatch.setattr(plan, "DIAG_REFERENCE", ())
     work, report = tmp_path / "work", tmp_path / "report.md"
-    assert fidelity.main(["--preset", "tiny", "--work-dir", str(work), "--report", str(report),
+    assert study_cli.main(["--preset", "tiny", "--work-dir", str(work), "--report", str(report),
                           "--only", "postnorm-diag", "--jobs", "1"]) == 0
     n = tiny.depths[-1]
     name = plan.diag_name("postnorm", n, 1e-3, 1)

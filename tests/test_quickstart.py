@@ -13,6 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 SMOKE = ["--max-update", "4", "--dim", "32", "--heads", "2", "--blocks", "2", "--block-layers", "1",
          "--save-every", "2", "--average", "2", "--bpe-merges", "300", "--max-len-b", "3",
          "--skd-beam", "1", "--single-sentences", "40",  # greedy SKD, one-sentence speed of 40: CI time
+         "--speed-repeats", "1", "--speed-min-seconds", "0",  # step 7's timed runs: one round of one pass
          "--train-pairs", "3000"]  # (last: the stamp test leaves it out)
 
 pytestmark = pytest.mark.slow
@@ -44,6 +45,10 @@ def test_quickstart_smoke_and_rerun(tmp_path):
     teacher = rep["systems"]["teacher fairseq-generate"]
     assert rep["sizes"]["teacher"]["checkpoint"] == str(work / "checkpoints" / "checkpoint_avg.pt")
     assert f"sacreBLEU {served['sacrebleu']} (teacher {teacher['sacrebleu']}" in first.stdout
+    # step 7's line states the speed claims, the lower bounds of the intervals, with the medians (issue 78)
+    sm = rep["summary"]
+    assert f"= ≥{sm['speedup_batched_claim']}x (median {sm['speedup_batched']}x, 95% CI" in first.stdout
+    assert "(shortened speed protocol: 1 round of >= 0 s)" in first.stdout
     assert served["batched"]["sentences"] == 1059 and rep["test"]["sentences"] == 1059
     assert 30 <= rep["test"]["single_sentences"] <= 60  # --single-sentences 40 reaches the report
     assert len((work / "distill" / "report" / "student.deepnmt-translate.txt").read_text(
@@ -56,7 +61,8 @@ def test_quickstart_smoke_and_rerun(tmp_path):
     assert " --max-update 8 " in train_cmds[1]  # twice the teacher's 4 updates
     assert " --decoder-layers 1 " in train_cmds[1]  # the default student shape, 6-1 (issue 71)
     # each engine measured at the fastest of the settings its probes tried (issue 71)
-    for name, kind, n_tried in (("teacher fairseq-generate", "batched", 5), ("teacher fairseq-generate", "single", 2),
+    # (the teacher's batched grid: 4 --batch-size and 3 --max-tokens points, then 1 thread at the fastest)
+    for name, kind, n_tried in (("teacher fairseq-generate", "batched", 8), ("teacher fairseq-generate", "single", 2),
                                 ("student deepnmt-translate", "batched", 6), ("student deepnmt-translate", "single", 2)):
         tried = rep["settings_search"][name][kind]
         assert len(tried) == n_tried, (name, kind, tried)

@@ -25,7 +25,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SUFFIXES = {".py", ".sh", ".toml", ".md"}
 # the top-level folders whose files are cited by repository-relative paths
-ROOTS = ("docs", "tests", "scripts", "deepnmt_fairseq", "deepnmt_deploy", "deepnmt_data", "benchmarks", "configs")
+ROOTS = ("docs", "tests", "scripts", "deepnmt_fairseq", "deepnmt_deploy", "deepnmt_data", "benchmarks", "configs",
+         "study")
 PATH = re.compile(r"(?<![\w./\-])((?:%s)/[\w.\-/]*)(.?)" % "|".join(ROOTS))
 TEMPLATE_NEXT = set("{<*$[")
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")

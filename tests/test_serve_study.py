@@ -27,7 +27,7 @@ def test_teacher_is_the_lowest_valid_nll_24_layer_record_and_its_own_command(tmp
 def test_students_share_the_study_search_and_differ_only_in_shape(tmp_path):
     argvs = {s: serve_study.distill_argv(s, 3200, tmp_path) for s in serve_study.STUDENTS}
     for s, argv in argvs.items():
-        assert argv[argv.index("--beam") + 1] == "4"  # the study's BLEU: beam 4 (benchmarks/fidelity_eval.py)
+        assert argv[argv.index("--beam") + 1] == "4"  # the study's BLEU: beam 4 (study/evaluate.py)
         assert argv[argv.index("--work-dir") + 1] == str(tmp_path / s)
         assert argv[argv.index("--teacher") + 1] == str(tmp_path / "teacher")
         rest = [w for w in argv if w not in serve_study.STUDENTS[s] and w != str(tmp_path / s)]

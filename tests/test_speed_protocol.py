@@ -1,5 +1,6 @@
-"""The speed protocol (issue 78, benchmarks/speed_protocol.py): its statistics on synthetic timings,
-the interleaving and calibration on real (sleeping) commands, the tuning pass, the rerun check.
+"""The speed protocol (issue 78; the library's deepnmt_deploy/speed_protocol.py, its command line
+benchmarks/speed_protocol.py): its statistics on synthetic timings, the interleaving and calibration on
+real (sleeping) commands, the tuning pass, the rerun check, pinning, and that it is one module.
 
 No speed is claimed here: the commands are ``sleep``s of known length, so the ratios are known."""
 
@@ -94,3 +95,42 @@ def test_compare_checks_that_two_reruns_claim_within_ten_percent(tmp_path):
     assert sp.rerun_agreement(rec(10.0), rec(9.2))["student"]["within_10_percent"]
     assert sp.main(["compare", str(a), str(b)]) == 0
     assert sp.main(["compare", str(a), str(c)]) == 1
+
+
+def test_one_protocol_in_the_library_used_by_the_command_line_and_the_report():
+    """One concept, one place: the command line and deepnmt-distill's report use the library's
+    functions (no second copy of the statistics), and the library imports no torch or fairseq."""
+    import subprocess
+    import sys
+
+    from deepnmt_deploy import speed_protocol as lib
+
+    for name in ("summarize", "bootstrap_interval", "ratios", "measure", "tune", "machine", "executions_for"):
+        assert getattr(sp, name) is getattr(lib, name), name
+    code = ("import sys, deepnmt_deploy.speed_protocol as p; "
+            "assert not {'torch', 'fairseq', 'deepnmt_fairseq'} & set(sys.modules); print(p.machine()['cpu'])")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout.strip(), res.stderr[-2000:]
+    from deepnmt_fairseq import machine
+
+    assert machine.cpu_model is lib.cpu_model  # the CPU model read in one place
+    assert all(isinstance(x, str) for x in lib.vector_extensions())
+
+
+def test_calibration_and_pinning():
+    import os
+
+    from deepnmt_deploy import speed_protocol as lib
+
+    # a pass shorter than the minimum is repeated: 1.25 x 10 s at 3 s a pass = 5 passes; a long one once
+    assert lib.executions_needed(3.0, 10.0) == 5 and lib.executions_needed(20.0, 10.0) == 1
+    assert lib.executions_needed(0.5, 0.0) == 1
+    if hasattr(os, "sched_setaffinity"):
+        before = os.sched_getaffinity(0)
+        with lib.pinned([0]) as cores:
+            assert cores == [0] and os.sched_getaffinity(0) == {0}
+        assert os.sched_getaffinity(0) == before
+    with lib.pinned(None) as cores:
+        assert cores is None
+    assert lib.meets_protocol(5, 10.0) and not lib.meets_protocol(4, 10.0) and not lib.meets_protocol(5, 2.0)
+    assert not lib.meets_protocol(5, 10.0, short_repeats=1)

@@ -1,7 +1,7 @@
 """Read fairseq training logs: ``--log-format json`` lines, tensorboard event files, the
 ``--log-format simple`` statistics lines (:func:`parse_curves`) and the lines fairseq-train prints
 once (:func:`parse_train_log`).  The project's one reader of them: ``deepnmt-plot``,
-``deepnmt-repro`` (figures and results) and the evidence study (benchmarks/fidelity_runner.py).
+``deepnmt-repro`` (figures and results) and the evidence study (study/run.py).
 
 A *run* is a list of records ``{"tag": "train_inner" | "train" | "valid" | ..., key: float}``.
 

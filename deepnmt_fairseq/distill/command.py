@@ -10,6 +10,8 @@ from pathlib import Path
 
 
 TINY_STUDENT_UPDATES = 8
+#: --tiny: the report's timed runs, one round of one pass (a smoke test of the protocol, not a claim)
+TINY_SPEED_REPEATS = 1
 
 
 def run(a) -> int:
@@ -39,6 +41,18 @@ def run(a) -> int:
         train_args += ["--warmup-updates", "4", "--max-tokens", "2048", "--update-freq", "1"]
         skd_args = ["--max-len-a", "0", "--max-len-b", "8", "--batch-size", "128", *skd_args]
         a.single_sentences = min(a.single_sentences, 5)
+        a.speed_repeats, a.speed_min_seconds = min(a.speed_repeats, TINY_SPEED_REPEATS), 0.0
+    if a.speed_repeats < 1 or a.speed_min_seconds < 0:
+        print(f"deepnmt-distill: error: --speed-repeats {a.speed_repeats} (at least 1), --speed-min-seconds "
+              f"{a.speed_min_seconds} (at least 0)", file=sys.stderr)
+        return 2
+    from deepnmt_deploy.speed_protocol import parse_cores
+
+    try:
+        speed_cores = parse_cores(a.speed_cores)
+    except ValueError as err:
+        print(f"deepnmt-distill: error: --speed-cores: {err}", file=sys.stderr)
+        return 2
     work = Path(a.work_dir).resolve()
     row = None
     try:
@@ -81,7 +95,8 @@ def run(a) -> int:
                           test_reference=Path(a.test_reference).resolve(), cpu=cpu, beam=a.beam, lenpen=a.lenpen,
                           max_len_a=a.max_len_a, max_len_b=a.max_len_b, batch_size=a.batch_size,
                           ct2_batch_size=a.ct2_batch_size, single_sentences=a.single_sentences,
-                          search=not (a.tiny or a.no_speed_search),
+                          search=not (a.tiny or a.no_speed_search), speed_repeats=a.speed_repeats,
+                          speed_min_seconds=a.speed_min_seconds, speed_cores=speed_cores,
                           settings_note="deepnmt-distill " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:])))
     stages = [*plan.stages, *([] if a.no_report else [
         Stage("report", [], report_dir / "report.json", what="report: quality, speed, size",
@@ -92,7 +107,8 @@ def run(a) -> int:
         return 0
     # what decides the outputs; not the device (a run moved between a GPU and a CPU node may resume)
     settings = {k: v for k, v in vars(a).items() if k not in ("work_dir", "cpu", "dry_run", "student_depth_cap",
-                                                                "no_speed_search", "no_report")}
+                                                                "no_speed_search", "no_report", "speed_repeats",
+                                                                "speed_min_seconds", "speed_cores")}
     if settings.get("student") == "auto":  # the default shape: work directories made before --student existed
         del settings["student"]
     for k in ("teacher", "data", "test_source", "test_reference", "bpe_codes", "spm_model"):
@@ -116,7 +132,10 @@ def run(a) -> int:
     rep = json.loads((report_dir / "report.json").read_text())
     print((report_dir / "report.md").read_text(encoding="utf-8"))
     sm = rep["summary"]
+    from .report import speed_claim
+
     runner.log(f"served student {sm['bleu_served_minus_teacher']:+.2f} sacreBLEU vs the teacher, "
-               f"{sm['speedup_batched']}x batched, {sm['speedup_single']}x single; report: {report_dir / 'report.md'}")
+               f"{speed_claim(sm, 'batched')} batched, {speed_claim(sm, 'single')} single (the claim: the lower "
+               f"bound of the 95% interval); report: {report_dir / 'report.md'}")
     return 0
 

@@ -127,12 +127,17 @@ class Runner:
     they go (a function; default stderr); ``echo_all``: every output line of a command to the
     console (else its progress lines); ``in_process``: the package's quick commands
     (:data:`IN_PROCESS`) run in this process; ``launch``: the ranks of a multi-process job;
-    ``error``: the exception class of failures (a caller's own, e.g. ReproError)."""
+    ``error``: the exception class of failures (a caller's own, e.g. ReproError); ``start``: how a
+    stage's command is started, ``start(cmd, log) -> exit status`` (default :meth:`tee`): the evidence
+    study hands its launcher's (a fork server that has imported torch and fairseq, a process group
+    per command, the study's deadline), so that its runs are stages of this runner too.  The exit
+    status of the last command is :attr:`returncode` (a caller that records a failure reads it)."""
 
     def __init__(self, prefix: str = "distill", env: Optional[Dict[str, str]] = None,
                  echo: Optional[Callable[[str], None]] = print, echo_all: bool = False, in_process: bool = True,
                  launch=None, error: Type[Exception] = RunError, numbered: bool = True,
-                 state_dir: Optional[Path] = None):
+                 state_dir: Optional[Path] = None,
+                 start: Optional[Callable[[List[str], Optional[Path]], int]] = None):
         from ..console import child_env
 
         self.prefix = prefix
@@ -147,6 +152,8 @@ class Runner:
         self.ran: List[str] = []  # names of the stages run (not skipped) by this runner
         self.started = time.time()
         self.state_dir = Path(state_dir) if state_dir is not None else None
+        self.start = start
+        self.returncode: Optional[int] = None  # the exit status of the last command started
         self.notice = False  # SIGUSR1 came (a cluster's notice before its time limit)
         self._child: Optional[subprocess.Popen] = None
         self._forward = False  # pass SIGUSR1 on to the running command (a training stage)
@@ -398,20 +405,21 @@ class Runner:
         main = IN_PROCESS.get(argv[0]) if self.in_process else None
         if main is not None:
             self.log("$ " + quote(argv))
-            rc = main(argv[1:])
+            rc = self.returncode = main(argv[1:])
             if rc:
                 raise self.error(f"stage {name}: {argv[0]} failed (exit {rc})")
             return
         cmd = [_resolve(argv[0]), *argv[1:]]
         self._stop_on_notice()
         self.log("$ " + quote(argv))
-        rc = self.tee(cmd, log)
+        self.returncode = None
+        rc = self.returncode = self.tee(cmd, log) if self.start is None else self.start(cmd, log)
         if rc == USR1_EXIT and self.notice:
             raise self.error(f"stage {name}: stopped on SIGUSR1 after saving checkpoint_last.pt at its last update "
                              f"({argv[0]} exit {rc}); the same command (or the requeued job) resumes from it")
         if rc:
             tail = ""
-            if log is not None and not self.echo_all:
+            if log is not None and not self.echo_all and log.exists():
                 tail = f"; end of {log}:\n" + log.read_text(encoding="utf-8", errors="replace")[-3000:]
             raise self.error(f"stage {name}: {argv[0]} failed (exit {rc}); fix the cause and re-run the same "
                              f"command: finished stages are skipped and every command resumes{tail}")

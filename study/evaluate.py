@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Every metric of one run of the evidence study, in one process (benchmarks/fidelity.py).
+"""Every metric of one run of the evidence study, in one process (study/cli.py).
 
-    python benchmarks/fidelity_eval.py --data DATA_BIN --raw TOK_DIR --checkpoint CKPT [--unk-gap] [--cpu]
+    python study/evaluate.py --data DATA_BIN --raw TOK_DIR --checkpoint CKPT [--unk-gap] [--cpu]
                                        [--average-dir SAVE_DIR]
 
 With ``--average-dir``, CKPT is first written (if it does not exist) as the average of the last 3
@@ -19,7 +19,7 @@ Prints one JSON object:
 * ``layer_weights``: the learned layer weights of a transparent or DLCL encoder
   (``EncoderMemory.learned_weights``), so that an analysis of them reads the record;
 * ``test_stats``: sacreBLEU's statistics of every test sentence, for the paired bootstrap
-  (``fidelity_stats.py``);
+  (``study/stats.py``);
 * with ``--valid-only``: the valid NLL (and the layer weights) only: a tuning run (issue 77) never
   translates the test set;
 * with ``--unk-gap``: ``valid_nll_unk_source`` (every source token replaced by ``<unk>``) and
@@ -35,6 +35,10 @@ import math
 import sys
 from argparse import Namespace
 from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:  # python study/evaluate.py: its package is one up
+    sys.path[0] = str(_HERE.parent)
 
 
 def valid_nll(model, task, unk_source: bool) -> float:
@@ -108,7 +112,7 @@ def main(argv=None) -> int:
     import deepnmt_fairseq  # noqa: F401
     from deepnmt_fairseq.scoring import corpus_bleu, detokenize
     from fairseq import checkpoint_utils
-    from fidelity_stats import encode_stats, sentence_stats
+    from study.stats import encode_stats, sentence_stats
 
     models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([a.checkpoint],
                                                                        arg_overrides={"data": a.data})

@@ -1,11 +1,11 @@
-"""The evidence study's plan and records (benchmarks/fidelity.py): the presets, every run of every
+"""The evidence study's plan and records (study/cli.py): the presets, every run of every
 comparison by name and settings, the comparisons that decide the study (and get a third seed when
 close), and the finished runs' results as the work directory and the committed records hold them.
 
-The comparisons and the seeding rule are described in benchmarks/fidelity.py (the study's command
+The comparisons and the seeding rule are described in study/cli.py (the study's command
 and its ``--help``); :func:`headline_pairs` lists the comparisons that decide it.
 
-Imports nothing of the study's other modules (fidelity_runner, fidelity_report and fidelity import
+Imports nothing of the study's other modules (study.run, study.report and fidelity import
 this one); nothing here starts a command.
 """
 
@@ -83,7 +83,7 @@ class Preset:
 PRESETS: Dict[str, Preset] = {
     # width 128 as in the quickstart, 1600 updates: the pre-norm 6-3 baseline reaches 14.35 sacreBLEU
     # (seed 1, last checkpoint; lr 5e-3: 12.41); with 800 updates it reached only 6.15 / 3.89 (seeds
-    # 1 / 2, averaged), below the study's 12-BLEU bar (benchmarks/fidelity_findings.md).  Post-norm
+    # 1 / 2, averaged), below the study's 12-BLEU bar (study/findings.md).  Post-norm
     # 6-3 at 1600 updates: lr 3e-3 / 150 warm-up 0.42 +- 0.18 BLEU (2 seeds), 1e-3 / 150 3.87,
     # 2e-3 / 600 4.67 (seed 1): the post-norm runs use the best of the three
     "cpu": Preset("cpu", dim=128, ffn=256, heads=4, updates=1600, max_tokens=2048, lr=3e-3, warmup=150,
@@ -143,7 +143,7 @@ PARTIAL = "partial"  # <records>/partial/<run>.json: runs a deadline stopped (pa
 # test of the pipeline) writes its report and records into its work directory, so that trying it
 # never overwrites what the repository commits
 REPORTS = {"cpu": Path("docs") / "fidelity.md", "gpu": Path("docs") / "fidelity-gpu.md"}
-# what a rebuilt run (:meth:`fidelity_runner.Study.rebuild`) must reproduce of its record
+# what a rebuilt run (:meth:`study.run.Study.rebuild`) must reproduce of its record
 REPRODUCED = ("losses", "final_train_loss", "valid_nll", "bleu", "train_bleu", "unk_gap", "diverged")
 LS = ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
 # the study's collapse-reducing training: alpha_DDR 1, alpha_ALD 0.5, the registry's weights when the

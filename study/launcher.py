@@ -1,7 +1,8 @@
-"""The evidence study's command launcher (benchmarks/fidelity.py): every fairseq-train, evaluation,
+"""The evidence study's command launcher (``python -m study``): every fairseq-train, evaluation,
 SKD and extraction command of the study runs through :class:`Launcher`, forked from one
 interpreter that has imported torch and fairseq, each in its own process group, stopped together
-at the study's deadline.  Imports nothing of the study's other modules."""
+at the study's deadline.  It is how the job runner starts the study's stages
+(``Runner(start=...)``, :meth:`study.run.Study.runner`).  Imports nothing of the study's other modules."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 # imported once by the launcher's fork server; every command then starts without these imports
 # torch._dynamo: torch.optim imports it when the first optimizer is built (2 CPU-seconds in every
-# fairseq-train, measured with cProfile); sacremoses: fidelity_eval.py's detokenizer, the one import
+# fairseq-train, measured with cProfile); sacremoses: study/evaluate.py's detokenizer, the one import
 # left in every evaluation (1.2-1.7 CPU-seconds of its 3, measured with python -X importtime)
 # the scorer's own imports are lazy (deepnmt_fairseq/scoring.py): sacremoses and sacrebleu by name
 PRELOAD = ("torch", "torch._dynamo", "fairseq_cli.train", "fairseq_cli.generate", "deepnmt_fairseq", "sacremoses",

@@ -3,16 +3,16 @@
 # `device` tool of this project's workplace: Python 3.12 with a CUDA torch, no fairseq, commands of
 # at most 10 minutes, nothing kept after the lease).  On your own GPU node you need none of this:
 #     python scripts/build_evidence_corpus.py --download
-#     python benchmarks/fidelity.py --preset gpu --jobs 4
+#     python -m study --preset gpu --jobs 4
 #
-#   bash benchmarks/fidelity_lease.sh pack                 # here: corpus, data, wheels -> .gpucarry, .whl
+#   bash study/lease.sh pack                 # here: corpus, data, wheels -> .gpucarry, .whl
 #   # on the machine (carry .whl .gpucarry work/evidence-corpus):
-#   bash benchmarks/fidelity_lease.sh setup                # install fairseq + this package, place the data
-#   bash benchmarks/fidelity_lease.sh launch JOBS MINUTES [PATTERN...]  # the study (or the runs matching
-#                                                          # --runs PATTERN) in the background, stopped at MINUTES
-#   bash benchmarks/fidelity_lease.sh status               # updates per run
-#   bash benchmarks/fidelity_lease.sh pause RUN...         # SIGSTOP runs that cannot finish in the lease
-#   bash benchmarks/fidelity_lease.sh collect              # new records + logs (no checkpoints) -> $OUT/<preset>.tgz
+#   bash study/lease.sh setup                # install fairseq + this package, place the data
+#   bash study/lease.sh launch JOBS MINUTES [PATTERN...]  # the study (or the runs matching
+#                                                         # --runs PATTERN) in the background, stopped at MINUTES
+#   bash study/lease.sh status               # updates per run
+#   bash study/lease.sh pause RUN...         # SIGSTOP runs that cannot finish in the lease
+#   bash study/lease.sh collect              # new records + logs (no checkpoints) -> $OUT/<preset>.tgz
 #   # back here: tar xzf gpu.tgz; copy work/gpu-records/*.json to benchmarks/results/fidelity/gpu/, and
 #   # work/gpu-records/partial/*.json (the valid curves of the runs the deadline stopped) to its partial/
 #   # (FIDELITY_PRESET=cpu, exported before setup: tar xzf cpu.tgz writes the records where they belong)
@@ -27,7 +27,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-# FIDELITY_PRESET=cpu: the CPU preset's float32 runs on the lent GPU (fidelity.py --cuda), for the
+# FIDELITY_PRESET=cpu: the CPU preset's float32 runs on the lent GPU (python -m study --cuda), for the
 # runs that a 2-core machine needs hours for.  Its records are written where the repository keeps
 # them (the runs of phases 2 and 3 need the finished ones to be planned), and collect brings back
 # those the launch wrote.
@@ -42,7 +42,7 @@ case "${1:-}" in
   pack)
     PY=${PYTHON:-.venv/bin/python}
     [[ -d work/evidence-corpus/en-de ]] || "$PY" scripts/build_evidence_corpus.py --download
-    "$PY" benchmarks/fidelity.py --preset "$PRESET" --work-dir "$WORK" --records "benchmarks/results/fidelity/$PRESET" --prepare-only
+    "$PY" -m study --preset "$PRESET" --work-dir "$WORK" --records "benchmarks/results/fidelity/$PRESET" --prepare-only
     for d in /.whl/ /.gpucarry/; do grep -qxF "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude; done
     rm -rf .gpucarry && mkdir -p .gpucarry/tok
     cp -a "$WORK/data-bin" .gpucarry/
@@ -65,7 +65,7 @@ case "${1:-}" in
     # without the carried data each launch would build it, and two launches at once collide
     [[ -e $WORK/data-bin/.done ]] || { echo "no data in $WORK/data-bin: run setup with the same FIDELITY_PRESET ($PRESET)" >&2; exit 2; }
     mkdir -p "$RECORDS" && touch "$RECORDS/.launched"  # collect: what this launch recorded
-    (PYTHONUNBUFFERED=1 setsid nohup "$PY" -W ignore benchmarks/fidelity.py --preset "$PRESET" "${CUDA[@]}" \
+    (PYTHONUNBUFFERED=1 setsid nohup "$PY" -W ignore -m study --preset "$PRESET" "${CUDA[@]}" \
        --jobs "$jobs" --order short-first --deadline-minutes "$minutes" --records "$RECORDS" ${1:+--runs "$@"} \
        --report "$WORK/report.md" > "$LOG" 2>&1 < /dev/null &)
     echo "started: tail $LOG" ;;

@@ -1,8 +1,16 @@
-"""The evidence study's runner (benchmarks/fidelity.py): the data, the training and evaluation of
-every run (:class:`Study`: resumable, recorded, rebuilt where a later run needs a lost checkpoint),
-the runs that need earlier ones' outputs (SKD data and students, the second stage of the skipping
-study), and the order of the whole study (:func:`run_study`).  Imports the plan
-(fidelity_plan) and the launcher (fidelity_launcher)."""
+"""The evidence study's runs (``python -m study``): the data, the training and evaluation of every run
+(:class:`Study`: resumable, recorded, rebuilt where a later run needs a lost checkpoint), the runs that
+need earlier ones' outputs (SKD data and students, the second stage of the skipping study), and the
+order of the whole study (:func:`run_study`).
+
+Every command is a stage (:class:`deepnmt_fairseq.jobs.stage.Stage`) that the one job runner
+(:class:`deepnmt_fairseq.jobs.runner.Runner`) executes, starting it through the study's launcher
+(:mod:`study.launcher`: forked from an interpreter that has imported torch and fairseq, in its own
+process group, stopped at the deadline or a signal): a run's training (done-marker ``.trained``;
+fairseq-train resumes from ``checkpoint_last.pt``), then its evaluation (``study/evaluate.py``, whose
+output ``eval.out`` is the stage's), and the GPKD planner's own SKD and extraction stages.  A run is
+finished when its ``done.json`` (and record) exist; the layout of a run directory is unchanged.
+Imports the plan (study.plan) and the launcher (study.launcher)."""
 
 from __future__ import annotations
 
@@ -24,9 +32,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from deepnmt_fairseq.distill import plan as gpkd_plan
 from deepnmt_fairseq.jobs.fairseq_argv import fairseq_train, user_dir
-from deepnmt_fairseq.jobs.stage import make_log
-from fidelity_launcher import Deadline, Launcher
-from fidelity_plan import (REPO, REPRODUCED, Preset, Run, close_systems, choose_dd_depth, converged_runs,
+from deepnmt_fairseq.jobs.runner import RunError, Runner
+from deepnmt_fairseq.jobs.stage import Stage, make_log
+from .launcher import Deadline, Launcher
+from .plan import (REPO, REPRODUCED, Preset, Run, close_systems, choose_dd_depth, converged_runs,
                            dd_compare_runs, dd_search_runs, finished, matched_updates, headline_pairs, independent_runs, model_flags, partial_path, record_path,
                            prenorm_check_runs, retuned_runs, seeded, ssl_stage1, teacher_run)
 
@@ -37,6 +46,10 @@ DIVERGED = ("FloatingPointError", "NaN detected", "non-finite loss", "Minimum lo
 
 
 log = make_log("fidelity", stdout=True)
+
+
+def _quiet(line: str) -> None:
+    """The job runner's own log lines (stage started, skipped, finished): not printed by the study."""
 
 
 class Study:
@@ -161,6 +174,25 @@ class Study:
             cmd += ["--finetune-from-model" if how == "finetune" else "--continue-once", str(ckpt)]
         return cmd
 
+    # ---------------------------------------------------------------- stages, on the job runner
+    def runner(self, start) -> Runner:
+        """The job runner (:class:`deepnmt_fairseq.jobs.runner.Runner`) that executes the study's
+        stages: it skips a stage whose done-marker exists and checks that a finished command wrote it;
+        it starts each command with ``start(cmd, log)``, which goes through :attr:`launch` (the fork
+        server that has imported torch and fairseq, a process group per command, the deadline, the
+        signals).  One runner per plan: the runs train in parallel threads (``--jobs``).  Its own
+        lines are not printed: the study's log says what starts and what it gave."""
+        return Runner(prefix="fidelity", echo=_quiet, in_process=False, numbered=False, start=start)
+
+    @staticmethod
+    def train_stage(r: Run, cmd: Sequence, save: Path) -> Stage:
+        """A run's training as a stage: the command, its log ``save/train.log``, its done-marker
+        ``save/.trained`` (the total wall time of its segments; written when the command succeeds).  The
+        layout of a run directory is the one every earlier work directory has: ``.trained`` there means
+        trained."""
+        return Stage(f"{r.name}/train", [str(c) for c in cmd], save, done=save / ".trained", log=save / "train.log",
+                     kind="train", what=f"train {r.name}")
+
     def train(self, r: Run, rebuild: bool = False) -> dict:
         """Train (or resume) the run, average its last 3 checkpoints, evaluate; once."""
         if self.add_statistics and self.selected(r.name) and self.lacks_statistics(r.name):
@@ -185,40 +217,54 @@ class Study:
         if out is not None:
             return out
         cmd = self.train_command(r)
-        t0 = time.time()
-        if not (save / ".trained").exists():
+        stage = self.train_stage(r, cmd, save)
+        if not stage.is_done():
             log(f"train {r.name}")
             kept = _partial_updates(partial_path(self.records, r.name))
             if kept and not (save / "checkpoint_last.pt").exists():
                 log(f"  {r.name}: its partial record ({kept} updates) has no "
                     f"checkpoint in {save} (a new machine or work directory): it trains from update 0, and the "
                     "record stays until this run passes it")
-            # a curve run keeps its epoch checkpoints while it trains; those that can no longer be
-            # a curve point or among the last 3 go every minute (prune_epochs), not only at the end
-            tick = (lambda: self.prune_epochs(save, r.curve_every, keep=3)) if r.curve_every else None
+        # a curve run keeps its epoch checkpoints while it trains; those that can no longer be
+        # a curve point or among the last 3 go every minute (prune_epochs), not only at the end
+        tick = (lambda: self.prune_epochs(save, r.curve_every, keep=3)) if r.curve_every else None
+
+        def start(argv: List[str], log_file: Optional[Path]) -> int:
+            """How the runner starts the training command: through the launcher; its wall time is added
+            to ``.elapsed``, and ``.trained`` (the stage's done-marker) holds the total once it succeeds."""
+            t0 = time.time()
             try:
-                code = self.launch.run(cmd, save / "train.log", tick=tick)
+                code = self.launch.run(argv, log_file, tick=tick)
             except Deadline:  # the run stays unfinished: keep what its log says (valid only)
                 self._keep_partial(r, cmd, save, _add_seconds(save / ".elapsed", time.time() - t0))
                 raise
             # train_seconds is the wall time of every segment of a stopped and resumed run
             seconds = _add_seconds(save / ".elapsed", time.time() - t0)
-            if code != 0:
-                out = {"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd),
-                       "returncode": code, "diverged": True, "losses": self.losses(save)}
-                text = (save / "train.log").read_text(errors="replace")
-                log(f"  {r.name} FAILED (exit {code}): " + " / ".join(text.splitlines()[-3:]))
-                if any(sign in text for sign in DIVERGED):  # deterministic: recorded, not retried
-                    self._save(r.name, out)
-                return out  # any other failure (killed, out of memory) is retried by a re-run
-            (save / ".trained").write_text(f"{seconds:.1f}\n")
+            if code == 0:
+                (save / ".trained").write_text(f"{seconds:.1f}\n")
+            return code
+
+        runner = self.runner(start)
+        try:
+            runner.run([stage])  # skipped when .trained exists; fairseq-train resumes from checkpoint_last.pt
+        except RunError:
+            code = runner.returncode
+            if code is None:  # not the command's failure
+                raise
+            out = {"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd),
+                   "returncode": code, "diverged": True, "losses": self.losses(save)}
+            text = (save / "train.log").read_text(errors="replace")
+            log(f"  {r.name} FAILED (exit {code}): " + " / ".join(text.splitlines()[-3:]))
+            if any(sign in text for sign in DIVERGED):  # deterministic: recorded, not retried
+                self._save(r.name, out)
+            return out  # any other failure (killed, out of memory) is retried by a re-run
         losses = self.losses(save)
         out = {"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd), "returncode": 0,
                "train_seconds": float((save / ".trained").read_text()), "losses": losses,
                "final_train_loss": final_loss(losses),
                "diverged": not losses or not math.isfinite(losses[-1][1]), "machine": self.machine()}
         if not out["diverged"]:
-            avg = save / "checkpoint_avg.pt"  # the last 3 checkpoints averaged (by fidelity_eval.py)
+            avg = save / "checkpoint_avg.pt"  # the last 3 checkpoints averaged (by study/evaluate.py)
             out.update(self.evaluate(avg, r.unk_gap, average_dir=save, valid_only=r.valid_only))
             out["checkpoint"] = str(avg.relative_to(self.work))
         if r.valid_log:  # the valid NLL at every save: where a run leaves (or stays on) a plateau
@@ -279,7 +325,7 @@ class Study:
         so fairseq keeps every epoch checkpoint: on the GPU preset's corpus, an epoch of about 160
         updates and 146 MB for a 6-layer model, 3.1 GB a run after 2700 updates, measured on the
         H200 lease of 2026-11-28.  While the run trains (``keep=3``, every minute through
-        :meth:`fidelity_launcher.Launcher.run`'s ``tick``) the three newest stay: the average of
+        :meth:`study.launcher.Launcher.run`'s ``tick``) the three newest stay: the average of
         the last 3 checkpoints by update, interval and epoch alike, reads only those, and the
         newest may be the one fairseq has just written.  After the run (``keep=1``, :meth:`curve`)
         only the newest stays, as ``--keep-last-epochs 1`` keeps in the other runs."""
@@ -337,7 +383,7 @@ class Study:
     # ---------------------------------------------------------------- evaluation
     def eval_command(self, ckpt: Path, unk_gap: bool, average_dir: Optional[Path] = None,
                      train_sample: bool = True, valid_only: bool = False) -> List[str]:
-        cmd = [sys.executable, str(Path(__file__).with_name("fidelity_eval.py")), "--data", str(self.data),
+        cmd = [sys.executable, str(Path(__file__).with_name("evaluate.py")), "--data", str(self.data),
                "--raw", str(self.raw), "--checkpoint", str(ckpt), *self.device()]
         if average_dir is not None:
             cmd += ["--average-dir", str(average_dir)]
@@ -346,26 +392,36 @@ class Study:
 
     def evaluate(self, ckpt: Path, unk_gap: bool = False, average_dir: Optional[Path] = None,
                  train_sample: bool = True, valid_only: bool = False) -> dict:
-        """valid NLL, test BLEU, train-sample BLEU (and the UNK-source gap): fidelity_eval.py
+        """valid NLL, test BLEU, train-sample BLEU (and the UNK-source gap): study/evaluate.py
         (``valid_only``: the valid NLL alone, for a tuning run)."""
         cmd = self.eval_command(ckpt, unk_gap, average_dir, train_sample, valid_only)
         stdout, stderr = ckpt.parent / "eval.out", ckpt.parent / "eval.log"
+        # a stage whose output is this evaluation's stdout: removed first, so that it is never done
+        # before the command has run (every point of a curve run shares the file; a run evaluates once)
         stdout.unlink(missing_ok=True)
-        if self.launch.run(cmd, stdout, stderr) != 0:
-            raise RuntimeError(f"evaluation of {ckpt} failed:\n{stderr.read_text(errors='replace')[-3000:]}")
+        stage = Stage(f"{ckpt.parent.name}/evaluate", [str(c) for c in cmd], stdout, log=stderr, kind="evaluate",
+                      what=f"evaluate {ckpt.name}")
+        try:
+            self.runner(lambda argv, log_file: self.launch.run(argv, stdout, log_file)).run([stage])
+        except RunError:
+            raise RuntimeError(f"evaluation of {ckpt} failed:\n{stderr.read_text(errors='replace')[-3000:]}") from None
         out = json.loads(stdout.read_text().strip().splitlines()[-1])
         out["eval_command"] = _portable(cmd)
         return out
 
-    def call(self, cmd: Sequence, log_file: Path) -> None:
-        """A command that must succeed (its output appended to ``log_file``); ``cmd[0]``: a console
-        script of this environment by name."""
+    def call(self, stage: Stage, log_file: Path) -> None:
+        """A stage of the one GPKD planner (:mod:`deepnmt_fairseq.distill.plan`: SKD data, extraction) that
+        must succeed, on the job runner through the launcher, its output appended to ``log_file``
+        (skipped when its done-marker exists)."""
         from deepnmt_fairseq.console import exe
 
-        cmd = [exe(str(cmd[0])), *cmd[1:]]
-        if self.launch.run(cmd, log_file) != 0:
-            text = log_file.read_text(errors="replace")
-            raise RuntimeError(f"{_portable([str(c) for c in cmd])} failed:\n{text[-3000:]}")
+        stage.action.log = log_file
+        try:
+            self.runner(lambda argv, log: self.launch.run(argv, log)).run([stage])
+        except RunError:
+            cmd = stage.command()
+            text = log_file.read_text(errors="replace") if log_file.exists() else ""
+            raise RuntimeError(f"{_portable([exe(cmd[0]), *cmd[1:]])} failed:\n{text[-3000:]}") from None
 
     def device(self) -> List[str]:
         """``--cpu`` for the float32 presets, unless ``--cuda`` moves them to the GPU."""
@@ -436,12 +492,12 @@ def gpkd_student_runs(study: Study, p: Preset, seeds, jobs: int) -> List[Run]:
     if not (skd / ".done").exists():  # the marker of gpkd_plan.skd_stage's output
         log("SKD data: the averaged teacher translates the training set")
         study.call(gpkd_plan.skd_stage(study.data, avg, skd, study.device(),
-                                       ["--batch-size", "128", "--shards", jobs, "--jobs", jobs]).command(), study.work / "skd.log")
+                                       ["--batch-size", "128", "--shards", jobs, "--jobs", jobs]), study.work / "skd.log")
     if not student.exists():
         h_enc, h_dec = teacher_group_sizes(avg)
         if h_enc != h:
             raise RuntimeError(f"{avg}: GP-trained with h = {h_enc}, the study's students need h = {h}")
-        study.call(gpkd_plan.extract_stage(avg, h_enc, h_dec, student).command(), study.work / "extract-student.log")
+        study.call(gpkd_plan.extract_stage(avg, h_enc, h_dec, student), study.work / "extract-student.log")
     return runs
 
 
@@ -527,7 +583,7 @@ def partial_record(log_file: Path) -> Optional[dict]:
     5 logged intervals, as a finished record's), updates per second, and every validation's valid NLL
     (fairseq's ``valid_nll_loss``: bits/token of the valid references under the training model, no
     label smoothing, dropout off).  No checkpoint is read and no test sentence is translated: a
-    partial record makes no call (:func:`fidelity_report.partial_table`).  None: nothing logged yet."""
+    partial record makes no call (:func:`study.report.partial_table`).  None: nothing logged yet."""
     from deepnmt_fairseq.analysis.logs import read_json_log, series
 
     if not log_file.exists():

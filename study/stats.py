@@ -1,6 +1,6 @@
 """Paired statistics of the evidence study over test sentences (issue: evidence round 2, section 4).
 
-Each run's evaluation (``fidelity_eval.py``) keeps, next to its test BLEU, the sufficient statistics of
+Each run's evaluation (``study/evaluate.py``) keeps, next to its test BLEU, the sufficient statistics of
 sacreBLEU for every test sentence (the record's ``test_stats``, :func:`encode_stats`: hypothesis length,
 reference length, matched and total 1- to 4-grams; :func:`sentence_stats`).  Records made before
 this have none: their comparisons get no paired test.  From them :func:`paired_bootstrap` resamples the test
