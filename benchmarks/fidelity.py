@@ -1,15 +1,11 @@
 #!/usr/bin/env python
-"""Moved: the evidence study is ``python -m study`` (the study/ folder, issue 80 part 2).  This
-forwarding shim keeps the command that older notes and records cite working: this script, with any
-arguments, runs the study's command with them."""
+"""Moved: the evidence study is ``python -m study`` (the study/ folder, issue 80 part 2), run from the
+repository root.  This script only says so, with the command to run instead (older notes cite it)."""
 
+import shlex
 import sys
-from pathlib import Path
 
 if __name__ == "__main__":
-    # the checkout holding study/, last: the library stays the one the environment imports (the fork
-    # server that starts the study's commands imports it by the environment's own path)
-    sys.path.append(str(Path(__file__).resolve().parents[1]))
-    from study.cli import main
-
-    sys.exit(main())
+    sys.exit("benchmarks/fidelity.py moved: the evidence study is now, from the repository root,\n"
+             "    python -m study " + " ".join(shlex.quote(a) for a in sys.argv[1:]) +
+             "\n(its code: study/; docs/architecture.md)")
