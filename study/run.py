@@ -35,9 +35,10 @@ from deepnmt_fairseq.jobs.fairseq_argv import fairseq_train, user_dir
 from deepnmt_fairseq.jobs.runner import RunError, Runner
 from deepnmt_fairseq.jobs.stage import Stage, make_log
 from .launcher import Deadline, Launcher
-from .plan import (REPO, REPRODUCED, Preset, Run, close_systems, choose_dd_depth, converged_runs,
-                           dd_compare_runs, dd_search_runs, finished, matched_updates, headline_pairs, independent_runs, model_flags, partial_path, record_path,
-                           prenorm_check_runs, retuned_runs, seeded, ssl_stage1, teacher_run)
+from .plan import (
+    REPO, REPRODUCED, Preset, Run, close_systems, choose_dd_depth, converged_runs, dd_compare_runs,
+    dd_search_runs, finished, matched_updates, headline_pairs, independent_runs, model_flags, partial_path,
+    record_path, prenorm_check_runs, retuned_runs, seeded, ssl_stage1, teacher_run)
 
 # --user-dir of every command: the installed package (the one lookup, deepnmt_fairseq/jobs/fairseq_argv.py)
 USER_DIR = user_dir()
