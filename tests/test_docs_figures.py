@@ -123,3 +123,49 @@ def test_the_checks_accept_a_record_of_the_speed_protocol():
     assert cited <= speed_figures(summary, "batched") | speed_figures(summary, "single")
     # an old record (no interval): its ratio is the headline, as before
     assert headline({"speedup_batched": 13.73}, "batched") == 13.73
+
+
+STUDY = REPO / "benchmarks" / "results" / "distill-study"
+
+
+def test_distill_doc_study_table_equals_the_records():
+    """docs/distill.md's study-scale table (issue 71, target 1) and its "against 23.42" sentence cite
+    the serve study's records (table.json: one report per student; beams.json: the beam run) and
+    nothing else: quality, differences and speed-ups (issue 78: every speed figure from a record)."""
+    table = json.loads((STUDY / "table.json").read_text())
+    beams = json.loads((STUDY / "beams.json").read_text())["rows"]
+    main = {r["student"]: r for r in table["rows"]}
+    text = (REPO / "docs" / "distill.md").read_text(encoding="utf-8")
+    section = text.split("## At the evidence study's scale", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in section.splitlines()
+            if ln.startswith("| ") and ("beam" in ln.split("|")[1])]
+    assert len(rows) == 4, rows
+    teacher = {r["teacher_bleu"] for r in main.values()}
+    assert len(teacher) == 1 and f"(teacher {next(iter(teacher)):.2f})" in section
+    for label, bleu, delta, batched, single in rows:
+        student = "6-1" if label.startswith("6-1") else "desdar"
+        beam = int(re.search(r"beam (\d)", label)[1])
+        run = next(r for r in beams if r["student"] == student and r["beam"] == beam)
+        if "(beam run)" in label:  # a row of the beam run alone
+            assert float(bleu) == run["sacrebleu"], label
+            assert float(delta) == round(run["sacrebleu"] - run["teacher_sacrebleu"], 2), label
+            assert _numbers(batched) == [run["speedup_batched"]], label
+            assert not single, label
+            continue
+        rec = main[student]
+        assert float(bleu) == rec["served_bleu"] and float(delta) == rec["served_minus_teacher"], label
+        assert f"{rec['updates']} updates" in label, label
+        # the report's ratio first; the beam run's figure for the same student and beam in brackets
+        assert _numbers(batched)[0] == rec["speedup_batched"], label
+        assert set(_numbers(batched)[1:]) <= {run["speedup_batched"]}, label
+        assert _numbers(single) == [rec["speedup_single"]], label
+    # the differences against the study record's teacher score, in the order the sentence gives them
+    sentence = " ".join(section.split("Against ", 1)[1].split("\n\n", 1)[0].split())
+    study = table["study_bleu"]
+    assert sentence.startswith(f"{study:.2f} the students are {study - next(iter(teacher)):.2f} lower again"), sentence
+    cited = [float(x) for x in re.findall(r"-\d+\.\d+", sentence)]
+    expected = [round(next(r for r in beams if r["student"] == "6-1" and r["beam"] == b)["sacrebleu"] - study, 2)
+                for b in (2, 1)]
+    expected = [round(main["6-1"]["served_bleu"] - study, 2), *expected,
+                round(main["desdar"]["served_bleu"] - study, 2)]
+    assert cited == expected, (cited, expected)
