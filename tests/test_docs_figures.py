@@ -169,3 +169,41 @@ def test_distill_doc_study_table_equals_the_records():
     expected = [round(main["6-1"]["served_bleu"] - study, 2), *expected,
                 round(main["desdar"]["served_bleu"] - study, 2)]
     assert cited == expected, (cited, expected)
+
+
+SERVE_IDLE = REPO / "benchmarks" / "results" / "serve-load" / "idle-random-6-1-c1-8-32-128-soak10.json"
+
+
+def _close(cell: str, value: float) -> bool:
+    """A figure as the text writes it is the record's value rounded to the text's own precision
+    (half a unit of its last digit; bold marks aside; a trailing % reads as a share)."""
+    cell = cell.replace("**", "").replace(",", "").strip()
+    share = cell.endswith("%")
+    cell = cell.rstrip("%")
+    places = len(cell.split(".")[1]) if "." in cell else 0
+    return abs(float(cell) - (100 * value if share else value)) <= 0.5 * 10 ** -places + 1e-9
+
+
+def test_deployment_doc_serve_load_table_equals_the_record():
+    """docs/deployment.md's idle-machine load table (issue 79) is the committed record's: every
+    figure of every concurrency level and of the soak, at the precision the text gives it."""
+    rec = json.loads(SERVE_IDLE.read_text())
+    text = (REPO / "docs" / "deployment.md").read_text(encoding="utf-8")
+    part = text.split("**Idle machine**", 1)[1]
+    assert f"ran at {rec['reference']['target_tokens_per_s']:,.0f} tok/s" in " ".join(part.split())
+    rows = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in part.split("\n\n")[1].splitlines()[2:]]
+    levels = {str(lv["clients"]): lv for lv in rec["levels"]}
+    assert [r[0] for r in rows] == [*levels, "soak: 32 for 10 min"]
+    ref = rec["reference"]["target_tokens_per_s"]
+    for row in rows:
+        lv = levels.get(row[0], rec["soak"])
+        errors = sum(lv["errors"].values()) if isinstance(lv["errors"], dict) else lv["errors"]
+        lat, srv = lv["latency_ms"], lv["server"]
+        want = [lv["target_tokens_per_s"], lv["target_tokens_per_s"] / ref, lat["p50"], lat["p95"], lat["p99"]]
+        assert all(_close(c, v) for c, v in zip(row[1:6], want)), (row, want)
+        assert row[6] == f"{errors} / {lv['refused_503']}", row
+        assert _close(row[7], srv["mean_batch_sentences"]) and _close(row[8], srv["model_busy_share"]), row
+        if row[9]:  # the soak's CPU split is not measured
+            server, generator = row[9].split(" / ")
+            assert _close(server, srv["server_cpu_ms_per_token"]), row
+            assert _close(generator, srv["load_generator_cpu_ms_per_token"]), row
