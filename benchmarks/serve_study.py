@@ -4,7 +4,8 @@
 
     python benchmarks/serve_study.py [--teacher-record NAME] [--students 6-1 desdar:1600 ...]
         [--student-updates 3200] [--jobs 2] [--work-dir work/serve-study]
-        [--out benchmarks/results/distill-study] [--remeasure]
+        [--out benchmarks/results/distill-study] [--remeasure] [--teacher-threads N]
+        [--until teacher|students|reports] [--beams 2 1] [--vmap] [--deep-row CHECKPOINT]
 
 1. data: the study's (``python -m study --preset cpu --prepare-only``: the bundled
    LibreOffice-help corpus, 18,000 training pairs, its tokenization and BPE);
@@ -22,14 +23,18 @@
 4. the reports, one student at a time on the otherwise idle machine, each measuring speed by the
    project's speed protocol (``deepnmt_deploy/speed_protocol.py``: the report's tuning pass, then
    teacher and served student interleaved, >= 5 rounds of >= 10 s; docs/distill.md);
-   ``--remeasure`` measures them again (the old ones kept as ``report.old-N``);
+   ``--remeasure`` measures them again, a rerun of the protocol (the old ones kept as ``report.old-N``;
+   the tuning pass's choice, ``tuning.json``, copied and so frozen);
 5. ``OUT/table.md`` and ``OUT/table.json``: one row per student (sacreBLEU of the teacher, the
    student and the served student; tokens/s of both engines batched and one sentence at a time,
    each at the setting its report's tuning pass chose; the speed-ups: the claim, the lower bound of
    the 95% interval, with the median, where the report has them; parameters), with the commands;
    every report is copied to ``OUT/<student>/``.
-   ``--beams``: each served student at other beam sizes, timed against the teacher by the same
-   protocol (``OUT/beams.md``).
+6. the frontier (``--beams``, ``--vmap``, ``--deep-row``; ``OUT/frontier.md`` and ``.json``): each
+   served student at other beam sizes, with and without the vocabulary shortlist (and what the
+   shortlist costs: the full model's tokens it would not allow), and a plain 24-layer model exported
+   int8, each timed against the teacher by the same protocol (issue 78, item 3).  The records of the
+   first, pre-protocol run (2026-12-02) are ``beams.md``/``beams.json`` next to it.
 
 Every step is skipped when its output is complete, so the study survives being stopped.
 """
@@ -37,6 +42,7 @@ Every step is skipped when its output is complete, so the study survives being s
 from __future__ import annotations
 
 import argparse
+import math
 import glob
 import json
 import os
@@ -138,11 +144,23 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=2, help="students trained at once (cores / jobs torch threads each)")
     p.add_argument("--work-dir", default=str(REPO / "work" / "serve-study"))
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "distill-study"))
+    p.add_argument("--teacher-threads", type=int, default=0,
+                   help="torch threads of the teacher's training (default: every core; 1 leaves a core to other work, "
+                        "and a different thread count is another run of the same recipe: benchmarks/results/distill-study)")
+    p.add_argument("--until", choices=("teacher", "students", "reports"), default="reports",
+                   help="stop after this step (the steps are resumable: a later call goes on from there)")
     p.add_argument("--remeasure", action="store_true", help="measure every report again (the old one kept)")
     p.add_argument("--beams", type=int, nargs="*", default=[],
-                   help="also serve each student with these beam sizes (a lever of issue 71): sacreBLEU and batched "
-                        "tok/s against the teacher's fairseq-generate (its report's beam and setting), timed by the "
-                        "speed protocol, interleaved with the teacher, after the reports (OUT/beams.md)")
+                   help="the frontier (after the reports; OUT/frontier.md): each served student also at these beam "
+                        "sizes, sacreBLEU and batched tok/s against the teacher's fairseq-generate (the first "
+                        "report's beam and setting), timed by the speed protocol, interleaved with the teacher")
+    p.add_argument("--vmap", action="store_true",
+                   help="the frontier: each student also exported with the vocabulary shortlist (deepnmt-export-ct2 "
+                        "--vmap, built from the study's training pairs) and served with it at every beam")
+    p.add_argument("--deep-row", metavar="CHECKPOINT",
+                   help="the frontier: one more row, this 24-layer checkpoint of the study's data (a plain pre-norm "
+                        "or DeepNorm model: the exporter refuses transparent and MSC) exported int8 and served at "
+                        "the report's beam, to show what depth costs apart from the engine")
     p.add_argument("--speed-repeats", type=int, default=5, help="--beams: the protocol's interleaved rounds (5)")
     p.add_argument("--speed-min-seconds", type=float, default=10.0,
                    help="--beams: seconds of decoding in one timed run, at least (the protocol's 10)")
@@ -161,8 +179,12 @@ def main(argv=None) -> int:
     tdir = work / "teacher"
     if not (tdir / ".done").exists():
         tdir.mkdir(parents=True, exist_ok=True)
-        run(teacher_argv(record, tdir), tdir / "train.log", cores)
-        (tdir / ".done").write_text(json.dumps({"record": name, "finished": time.strftime("%Y-%m-%d %H:%M:%S")}))
+        threads = a.teacher_threads or cores
+        run(teacher_argv(record, tdir), tdir / "train.log", threads)
+        (tdir / ".done").write_text(json.dumps({"record": name, "threads": threads,
+                                                "finished": time.strftime("%Y-%m-%d %H:%M:%S")}))
+    if a.until == "teacher":
+        return 0
 
     # the students, side by side up to --jobs, each stopping before its report; the first makes the
     # SKD data (--jobs shards at once), the others start when it is there and reuse it
@@ -188,32 +210,74 @@ def main(argv=None) -> int:
                 if proc.returncode:
                     raise SystemExit(f"deepnmt-distill for student {s} failed (exit {proc.returncode}); "
                                      f"see {work / (s + '.log')}")
+    if a.until == "students":
+        return 0
     # the reports, one at a time on the otherwise idle machine
     for s, u in a.students:
         if report_of(work, s).exists() and a.remeasure:
             n = 1 + len(list((work / s).glob("report.old-*")))
             os.replace(work / s / "report", work / s / f"report.old-{n}")
+            # a rerun of the protocol: the tuning pass's choice stays frozen (the report reads it)
+            (work / s / "report").mkdir()
+            shutil.copy(work / s / f"report.old-{n}" / "tuning.json", work / s / "report" / "tuning.json")
         if not report_of(work, s).exists():
             run(distill_argv(s, u, work, cores), work / f"{s}.log", cores)
     write_table(a, work, out, name, record)
-    if a.beams:
-        beam_sweep(a, work, out)
+    if a.beams or a.vmap or a.deep_row:
+        frontier(a, work, out, cores)
     return 0
 
 
-def beam_sweep(a, work: Path, out: Path) -> None:
-    """Beam size against BLEU and speed for each served student: the teacher's fairseq-generate batched
-    (the report's beam, at the setting its report's tuning pass chose) against deepnmt-translate at each
-    beam of ``--beams`` (at the setting its report chose), timed by the speed protocol (the report's
-    :func:`~deepnmt_fairseq.distill.report.timed_pairs`: interleaved, calibrated, pinned by the
-    report's rules); every ratio the median of the pairs with its interval and claim."""
+def export_argv(checkpoint: Path, out: Path, shortlist: bool) -> list:
+    """deepnmt-export-ct2 int8 of a checkpoint trained on the study's data (``shortlist``: with the
+    vocabulary shortlist built from the study's training pairs, ``--vmap``)."""
+    codes = DATA_WORK / "tok" / "bpe.codes"
+    return ["deepnmt-export-ct2", str(checkpoint), str(out), "--quantization", "int8", "--data",
+            str(DATA_WORK / "data-bin"), *(["--bpe-codes", str(codes)] if codes.exists() else []), "--force",
+            *(["--vmap"] if shortlist else [])]
+
+
+def exported(checkpoint: Path, out: Path, shortlist: bool, cores: int) -> Path:
+    """The int8 export of ``checkpoint`` at ``out`` (made once; ``.done`` marks it complete)."""
+    if not (out / ".done").exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        run(export_argv(checkpoint, out, shortlist), Path(str(out) + ".log"), cores)
+        (out / ".done").write_text(time.strftime("%Y-%m-%d %H:%M:%S") + "\n")
+    return out
+
+
+def lost_share(plain: Path, shortlisted: Path, srcs: list, beam: int, search: dict) -> dict:
+    """What the shortlist costs the full model (:func:`deepnmt_deploy.vmap.lost_tokens`): the plain
+    export's hypotheses at ``beam`` (one sentence a batch: the strictest case), the share of their
+    tokens that the shortlist of their own source does not allow, and the lines losing one."""
+    from deepnmt_deploy.translate import DeployedModel
+    from deepnmt_deploy.vmap import VMAP_FILE, VocabularyMap, lost_tokens
+
+    full = DeployedModel(str(plain), use_vmap=False)
+    sources = [full.encode(x) for x in srcs]
+    hyps = full.translate_tokens(sources, beam=beam, lenpen=search["lenpen"], max_len=search["max_len_b"],
+                                 max_len_a=search["max_len_a"], batch_size=1)
+    lost, total, lines = lost_tokens(VocabularyMap.read(shortlisted / VMAP_FILE), sources, hyps)
+    return {"lost_tokens": lost, "tokens": total, "lost_share": round(lost / max(1, total), 5),
+            "lines_losing": len(lines), "lines": len(srcs)}
+
+
+def frontier(a, work: Path, out: Path, cores: int) -> None:
+    """Speed against BLEU (issue 78, item 3): each served student at each beam of ``--beams`` (and its
+    report's), without and (``--vmap``) with the vocabulary shortlist, and (``--deep-row``) a plain
+    24-layer model exported int8 at the report's beam; each against the teacher's fairseq-generate
+    batched (the first student's report's beam and the setting its tuning pass chose), timed by the
+    speed protocol (:func:`~deepnmt_fairseq.distill.report.timed_pairs`: interleaved with the teacher,
+    calibrated, pinned); every ratio the median of the pairs with its interval and claim.  Each
+    student is served at the batched setting its report chose (the deep row at the first student's)."""
     import re
     import statistics
     from dataclasses import replace
     from types import SimpleNamespace
 
-    from deepnmt_fairseq.distill.report import (BinarizedSplit, Measure, ReportInputs, Setting, sacrebleu_of,
-                                                timed_pairs)
+    from deepnmt_deploy import speed_protocol as protocol
+    from deepnmt_fairseq.distill.report import (BinarizedSplit, Measure, ReportInputs, Setting, params_of,
+                                                sacrebleu_of, timed_pairs)
 
     def setting(text: str) -> Setting:
         tokens = re.search(r"batches of up to (\d+) tokens", text)
@@ -227,55 +291,99 @@ def beam_sweep(a, work: Path, out: Path) -> None:
     refs = (tok / "test.raw.de").read_text(encoding="utf-8").splitlines()
     srcs = (tok / "test.raw.en").read_text(encoding="utf-8").splitlines()
     split = BinarizedSplit(DATA_WORK / "data-bin")
-    rows = []
+    first = a.students[0][0]
+    rep0 = json.loads(report_of(work, first).read_text())
+    search = rep0["search"]
+    d0 = work / first
+    r = ReportInputs(out=work / "frontier", data=DATA_WORK / "data-bin", teacher=Path(rep0["sizes"]["teacher"]["checkpoint"]),
+                     student=d0, ct2=d0 / "ct2-int8", test_source=tok / "test.raw.en", test_reference=tok / "test.raw.de",
+                     beam=search["beam"], lenpen=search["lenpen"], max_len_a=search["max_len_a"],
+                     max_len_b=search["max_len_b"], speed_repeats=a.speed_repeats, speed_min_seconds=a.speed_min_seconds)
+    m = Measure(r, log)
+    taught = setting(rep0["systems"]["teacher fairseq-generate"]["batched"]["setting"])
+    # the systems: (name, student, beam, shortlist, export directory, served setting, parameters)
+    systems = []
     for s, _ in a.students:
         rep = json.loads(report_of(work, s).read_text())
-        d = work / s
-        sy = rep["systems"]
-        r = ReportInputs(out=d / "beams", data=DATA_WORK / "data-bin", teacher=d / "teacher-avg3.pt", student=d,
-                         ct2=d / "ct2-int8", test_source=tok / "test.raw.en", test_reference=tok / "test.raw.de",
-                         beam=rep["search"]["beam"], lenpen=rep["search"]["lenpen"],
-                         max_len_a=rep["search"]["max_len_a"], max_len_b=rep["search"]["max_len_b"],
-                         speed_repeats=a.speed_repeats, speed_min_seconds=a.speed_min_seconds)
-        m = Measure(r, log)
-        taught = setting(sy["teacher fairseq-generate"]["batched"]["setting"])
+        served = setting(rep["systems"]["student deepnmt-translate"]["batched"]["setting"])
+        ckpt = Path(rep["sizes"]["student"]["checkpoint"])
+        for shortlist in ((False, True) if a.vmap else (False,)):
+            ct2 = (exported(ckpt, work / s / "ct2-int8-vmap", True, cores) if shortlist else work / s / "ct2-int8")
+            for beam in sorted(set(a.beams) | {r.beam}, reverse=True):
+                systems.append((f"{s}-beam{beam}{'-vmap' if shortlist else ''}", s, beam, shortlist, ct2, served,
+                                rep["sizes"]["student"]["parameters"]))
+    if a.deep_row:
+        ckpt = Path(a.deep_row).resolve()
+        systems.append(("deep-row", "deep-row", r.beam, False, exported(ckpt, work / "deep-row" / "ct2-int8", False, cores),
+                        setting(rep0["systems"]["student deepnmt-translate"]["batched"]["setting"]), params_of(ckpt)))
+    rows = []
+    with protocol.pinned(protocol.allowed_cores()) as pinned_to:
         teacher = m.fairseq("teacher", r.teacher, taught)  # the warm-up and calibration pass
-        served = setting(sy["student deepnmt-translate"]["batched"]["setting"])
-        for beam in sorted(set(a.beams) | {r.beam}, reverse=True):
-            ms = Measure(replace(r, beam=beam), log)  # the student at this beam, the teacher at the report's
-            run = ms.ct2(f"student-beam{beam}", r.test_source, served)
+        teacher_bleu = sacrebleu_of(_texts(teacher, r.ct2), refs)["sacrebleu"]
+        for name, s, beam, shortlist, ct2, served, params in systems:
+            ms = Measure(replace(r, beam=beam, ct2=ct2), log)
+            run1 = ms.ct2(name, r.test_source, served)  # quality, warm-up and calibration
             both = SimpleNamespace(r=r, tmp=m.tmp, fairseq=m.fairseq, ct2=ms.ct2)
             timed = timed_pairs(both, split, srcs, "batched", list(range(len(srcs))),
-                                {"teacher": (taught, teacher), "student": (served, run)}, log)
+                                {"teacher": (taught, teacher), "student": (served, run1)}, log)
             res = timed["result"]
-            median_rate = {who: statistics.median(x["tokens"] / x["seconds"] for x in timed["runs"][who])
-                           for who in ("teacher", "student")}
-            rows.append({"student": s, "beam": beam, "teacher_beam": r.beam, "sacrebleu": sacrebleu_of(run["lines"], refs)["sacrebleu"],
-                         "teacher_sacrebleu": sy["teacher fairseq-generate"]["sacrebleu"],
-                         "tokens_per_s": round(median_rate["student"], 1),
-                         "teacher_tokens_per_s": round(median_rate["teacher"], 1),
-                         "speedup_batched": round(res["median"], 2), "speedup_batched_interval": res["interval"],
-                         "speedup_batched_claim": res["claim"], "timed": timed,
-                         "setting": run["setting"], "teacher_setting": teacher["setting"],
-                         "loaded": any(x["load_before"] >= m.cores for runs in timed["runs"].values() for x in runs)})
-    lines = ["# Beam size against BLEU and speed, the served students (issue 71's levers)", "",
-             f"Teacher: fairseq-generate at beam {rows[0]['teacher_beam']} ({rows[0]['teacher_setting']}), measured in "
-             "this run; each served student with deepnmt-translate at the batched setting its report chose; timed by "
-             f"the speed protocol ({a.speed_repeats} interleaved rounds of >= {a.speed_min_seconds:g} s; "
-             "deepnmt_deploy/speed_protocol.py): the claim is the lower bound of the 95% interval of the median "
-             f"ratio. Measured {time.strftime('%Y-%m-%d %H:%M:%S')}.", "",
-             "| student | beam | served sacreBLEU (teacher) | served - teacher | batched tok/s served / teacher | "
-             "speed-up batched: claim (median, 95% CI) | loaded |", "|---|---|---|---|---|---|---|"]
+            rate = {who: statistics.median(x["tokens"] / x["seconds"] for x in timed["runs"][who])
+                    for who in ("teacher", "student")}
+            lo, hi = res["interval"]
+            row = {"system": name, "student": s, "beam": beam, "shortlist": shortlist, "teacher_beam": r.beam,
+                   "sacrebleu": sacrebleu_of(run1["lines"], refs)["sacrebleu"], "teacher_sacrebleu": teacher_bleu,
+                   "tokens_per_s": round(rate["student"], 1), "teacher_tokens_per_s": round(rate["teacher"], 1),
+                   "speedup_batched": round(res["median"], 2),
+                   "speedup_batched_interval": [math.floor(lo * 100) / 100, math.ceil(hi * 100) / 100],
+                   "speedup_batched_claim": math.floor(lo * 100) / 100, "parameters": params,
+                   "setting": run1["setting"], "teacher_setting": teacher["setting"], "timed": timed,
+                   "loaded": any(x["load_before"] >= m.cores for runs in timed["runs"].values() for x in runs)}
+            if shortlist:
+                row["shortlist_cost"] = lost_share(work / s / "ct2-int8", ct2, srcs, beam, search)
+            rows.append(row)
+    write_frontier(a, out, rows, pinned_to)
+
+
+def _texts(run: dict, ct2: Path) -> list:
+    """fairseq-generate's subword hypotheses back to text by the export's own pipeline (as the report)."""
+    from deepnmt_deploy.text import TextPipeline, Tokenization
+    from deepnmt_deploy.translate import read_metadata
+
+    pipeline = TextPipeline(Tokenization.from_dict(read_metadata(str(ct2))["tokenization"]), str(ct2))
+    return [pipeline.decode(run["hyps"][i].split()) for i in sorted(run["hyps"])]
+
+
+def write_frontier(a, out: Path, rows: list, pinned_to) -> None:
+    """``OUT/frontier.json`` (every timed run) and ``OUT/frontier.md`` (the table)."""
+    from deepnmt_deploy import speed_protocol as protocol
+
+    mc = protocol.machine(pinned_to)
+    t = rows[0]
+    lines = ["# Speed against BLEU at the study's scale: the served students' frontier (issue 78, item 3)", "",
+             f"Teacher: fairseq-generate at beam {t['teacher_beam']} ({t['teacher_setting']}), sacreBLEU "
+             f"{t['teacher_sacrebleu']}, timed in every row; each served system by deepnmt-translate at its "
+             f"report's batched setting; the speed protocol ({a.speed_repeats} interleaved rounds of >= "
+             f"{a.speed_min_seconds:g} s, deepnmt_deploy/speed_protocol.py): the claim is the lower bound of the 95% "
+             f"interval of the median ratio. Shortlist: CTranslate2's vocabulary map built from the training pairs "
+             f"(deepnmt-export-ct2 --vmap); its cost: the share of the full model's tokens (same beam, one sentence "
+             f"a batch) that the shortlist of their source does not allow. Measured {time.strftime('%Y-%m-%d %H:%M:%S')} "
+             f"on {mc.get('cpu')} ({' '.join(mc.get('vector_extensions') or [])}).", "",
+             "| system | beam | shortlist | served sacreBLEU | served - teacher | batched tok/s served / teacher | "
+             "speed-up batched: claim (median, 95% CI) | tokens lost to the shortlist | loaded |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for x in rows:
         lo, hi = x["speedup_batched_interval"]
-        lines.append(f"| {x['student']} | {x['beam']} | {x['sacrebleu']} ({x['teacher_sacrebleu']}) | "
+        cost = x.get("shortlist_cost")
+        lines.append(f"| {x['student']} | {x['beam']} | {'yes' if x['shortlist'] else 'no'} | {x['sacrebleu']} | "
                      f"{x['sacrebleu'] - x['teacher_sacrebleu']:+.2f} | {x['tokens_per_s']:.0f} / "
                      f"{x['teacher_tokens_per_s']:.0f} | ≥{x['speedup_batched_claim']:.2f}x ({x['speedup_batched']}x, "
-                     f"{lo:.2f}-{hi:.2f}) | {'yes' if x['loaded'] else 'no'} |")
+                     f"{lo:.2f}-{hi:.2f}) | "
+                     + (f"{100 * cost['lost_share']:.2f}% ({cost['lines_losing']} of {cost['lines']} lines)" if cost else "")
+                     + f" | {'yes' if x['loaded'] else 'no'} |")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "beams.json").write_text(json.dumps({"rows": rows, "command": "python benchmarks/serve_study.py " + " ".join(
-        shlex.quote(x) for x in sys.argv[1:])}, indent=2) + "\n")
-    (out / "beams.md").write_text("\n".join(lines) + "\n")
+    command = "python benchmarks/serve_study.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
+    (out / "frontier.json").write_text(json.dumps({"rows": rows, "machine": mc, "command": command}, indent=2) + "\n")
+    (out / "frontier.md").write_text("\n".join(lines + ["", f"Command: `{command}`"]) + "\n")
     print("\n".join(lines))
 
 

@@ -62,3 +62,56 @@ def test_table_reads_every_students_report(tmp_path):
     md = (out / "table.md").read_text()
     assert "| 6-1 (3200) | 22.5 (23.4) | -0.90 | 5000 / 400 | 12.5x | 900 / 60 | 15.0x | 10 |" in md
     assert (out / "desdar" / "report.json").exists()
+
+
+@pytest.mark.slow
+def test_frontier_times_every_system_against_the_teacher_with_and_without_the_shortlist(data_bin, tmp_path, monkeypatch):
+    """The frontier (issue 78, item 3) on the tiny corpus: a tiny pre-norm teacher distilled at --tiny
+    size into work/6-1, then each served system (the student at its report's beam and at beam 1,
+    without and with the vocabulary shortlist; a plain 'deep' row, here the teacher exported int8)
+    timed against the teacher by the protocol's interleaved runs; the shortlist rows say what the
+    shortlist costs the full model, and the shortlisted export exists only for those rows."""
+    import shutil
+
+    from deepnmt_cli.distill import main as distill
+    from fairseq_helpers import tiny_model_flags, train
+
+    raw = Path(data_bin).parent / "raw"
+    study = tmp_path / "study"  # the study's layout: data-bin and tok/test.raw.{en,de}
+    (study / "tok").mkdir(parents=True)
+    (study / "data-bin").symlink_to(data_bin)
+    shutil.copy(raw / "test.src", study / "tok" / "test.raw.en")
+    shutil.copy(raw / "test.tgt", study / "tok" / "test.raw.de")
+    monkeypatch.setattr(serve_study, "DATA_WORK", study)
+    teacher = tmp_path / "teacher"
+    train(data_bin, teacher, "deepnmt_transformer", [*tiny_model_flags(), "--encoder-layers", "2",
+                                                      "--decoder-layers", "1"], max_update=4)
+    work, out = tmp_path / "work", tmp_path / "out"
+    assert distill(["--teacher", str(teacher / "checkpoint_last.pt"), "--data", str(data_bin), "--work-dir",
+                    str(work / "6-1"), "--test-source", str(raw / "test.src"), "--test-reference", str(raw / "test.tgt"),
+                    "--tiny", "--cpu", "--average", "1"]) == 0
+    report_beam = json.loads(serve_study.report_of(work, "6-1").read_text())["search"]["beam"]
+    a = argparse.Namespace(students=[("6-1", 4)], beams=[1], vmap=True, deep_row=str(teacher / "checkpoint_last.pt"),
+                           speed_repeats=1, speed_min_seconds=0.0)
+    serve_study.frontier(a, work, out, 2)
+    rec = json.loads((out / "frontier.json").read_text())
+    rows = rec["rows"]
+    beams = sorted({report_beam, 1}, reverse=True)
+    assert [(r["student"], r["beam"], r["shortlist"]) for r in rows] == \
+        [("6-1", b, v) for v in (False, True) for b in beams] + [("deep-row", report_beam, False)]
+    assert (work / "6-1" / "ct2-int8-vmap" / "vmap.txt").is_file() and not (work / "6-1" / "ct2-int8" / "vmap.txt").exists()
+    assert not (work / "deep-row" / "ct2-int8" / "vmap.txt").exists()
+    teacher_bleu = {r["teacher_sacrebleu"] for r in rows}
+    assert len(teacher_bleu) == 1  # one teacher pass, its BLEU in every row
+    for r in rows:
+        assert len(r["timed"]["runs"]["teacher"]) == len(r["timed"]["runs"]["student"]) == 1
+        assert r["speedup_batched_claim"] == r["speedup_batched_interval"][0] <= r["speedup_batched"]
+        assert r["tokens_per_s"] > 0 and r["teacher_tokens_per_s"] > 0 and isinstance(r["sacrebleu"], float)
+        cost = r.get("shortlist_cost")
+        assert (cost is not None) == r["shortlist"]
+        if cost:
+            assert 0 <= cost["lost_tokens"] <= cost["tokens"] and cost["lines"] == 10
+            assert cost["lost_share"] == round(cost["lost_tokens"] / cost["tokens"], 5)
+    assert rows[-1]["parameters"] == json.loads(serve_study.report_of(work, "6-1").read_text())["sizes"]["teacher"]["parameters"]
+    table = (out / "frontier.md").read_text()
+    assert table.count("\n| 6-1 |") == 2 * len(beams) and "| deep-row |" in table and "Command: `" in table
