@@ -149,6 +149,9 @@ def main(argv=None) -> int:
                         "and a different thread count is another run of the same recipe: benchmarks/results/distill-study)")
     p.add_argument("--until", choices=("teacher", "students", "reports"), default="reports",
                    help="stop after this step (the steps are resumable: a later call goes on from there)")
+    p.add_argument("--reports", nargs="*", metavar="NAME",
+                   help="the students that get a report (default: all; the others enter the frontier only, served "
+                        "at the first report's setting)")
     p.add_argument("--remeasure", action="store_true", help="measure every report again (the old one kept)")
     p.add_argument("--beams", type=int, nargs="*", default=[],
                    help="the frontier (after the reports; OUT/frontier.md): each served student also at these beam "
@@ -213,7 +216,13 @@ def main(argv=None) -> int:
     if a.until == "students":
         return 0
     # the reports, one at a time on the otherwise idle machine
+    names = [s for s, _ in a.students]
+    for s in a.reports or []:
+        if s not in names:
+            raise SystemExit(f"--reports {s}: not one of --students ({', '.join(names)})")
     for s, u in a.students:
+        if a.reports is not None and s not in a.reports:
+            continue
         if report_of(work, s).exists() and a.remeasure:
             n = 1 + len(list((work / s).glob("report.old-*")))
             os.replace(work / s / "report", work / s / f"report.old-{n}")
@@ -222,7 +231,7 @@ def main(argv=None) -> int:
             shutil.copy(work / s / f"report.old-{n}" / "tuning.json", work / s / "report" / "tuning.json")
         if not report_of(work, s).exists():
             run(distill_argv(s, u, work, cores), work / f"{s}.log", cores)
-    write_table(a, work, out, name, record)
+    write_table(a, work, out, name, record, a.reports)
     if a.beams or a.vmap or a.deep_row:
         frontier(a, work, out, cores)
     return 0
@@ -291,7 +300,9 @@ def frontier(a, work: Path, out: Path, cores: int) -> None:
     refs = (tok / "test.raw.de").read_text(encoding="utf-8").splitlines()
     srcs = (tok / "test.raw.en").read_text(encoding="utf-8").splitlines()
     split = BinarizedSplit(DATA_WORK / "data-bin")
-    first = a.students[0][0]
+    first = next((s for s, _ in a.students if report_of(work, s).exists()), None)
+    if first is None:
+        raise SystemExit("the frontier needs one student's report (the teacher's setting and beam come from it)")
     rep0 = json.loads(report_of(work, first).read_text())
     search = rep0["search"]
     d0 = work / first
@@ -304,14 +315,16 @@ def frontier(a, work: Path, out: Path, cores: int) -> None:
     # the systems: (name, student, beam, shortlist, export directory, served setting, parameters)
     systems = []
     for s, _ in a.students:
-        rep = json.loads(report_of(work, s).read_text())
-        served = setting(rep["systems"]["student deepnmt-translate"]["batched"]["setting"])
-        ckpt = Path(rep["sizes"]["student"]["checkpoint"])
+        # a student without a report (--reports): served at the first report's setting, its averaged model
+        rep = json.loads(report_of(work, s).read_text()) if report_of(work, s).exists() else None
+        served = setting((rep or rep0)["systems"]["student deepnmt-translate"]["batched"]["setting"])
+        ckpt = Path(rep["sizes"]["student"]["checkpoint"]) if rep else work / s / "student" / "checkpoint_avg3.pt"
+        params = rep["sizes"]["student"]["parameters"] if rep else params_of(ckpt)
         for shortlist in ((False, True) if a.vmap else (False,)):
             ct2 = (exported(ckpt, work / s / "ct2-int8-vmap", True, cores) if shortlist else work / s / "ct2-int8")
             for beam in sorted(set(a.beams) | {r.beam}, reverse=True):
                 systems.append((f"{s}-beam{beam}{'-vmap' if shortlist else ''}", s, beam, shortlist, ct2, served,
-                                rep["sizes"]["student"]["parameters"]))
+                                params))
     if a.deep_row:
         ckpt = Path(a.deep_row).resolve()
         systems.append(("deep-row", "deep-row", r.beam, False, exported(ckpt, work / "deep-row" / "ct2-int8", False, cores),
@@ -387,11 +400,13 @@ def write_frontier(a, out: Path, rows: list, pinned_to) -> None:
     print("\n".join(lines))
 
 
-def write_table(a, work: Path, out: Path, name: str, record: dict) -> None:
+def write_table(a, work: Path, out: Path, name: str, record: dict, reports=None) -> None:
     from deepnmt_fairseq.distill.report import speed_claim
 
     rows = []
     for s, u in a.students:
+        if reports is not None and s not in reports:
+            continue
         rep = json.loads(report_of(work, s).read_text())
         dest = out / s
         dest.mkdir(parents=True, exist_ok=True)

@@ -91,14 +91,19 @@ def test_frontier_times_every_system_against_the_teacher_with_and_without_the_sh
                     str(work / "6-1"), "--test-source", str(raw / "test.src"), "--test-reference", str(raw / "test.tgt"),
                     "--tiny", "--cpu", "--average", "1"]) == 0
     report_beam = json.loads(serve_study.report_of(work, "6-1").read_text())["search"]["beam"]
-    a = argparse.Namespace(students=[("6-1", 4)], beams=[1], vmap=True, deep_row=str(teacher / "checkpoint_last.pt"),
-                           speed_repeats=1, speed_min_seconds=0.0)
+    # a second student without a report (--reports): its averaged model, served at the first report's setting
+    (work / "12-1" / "student").mkdir(parents=True)
+    shutil.copy(work / "6-1" / "student" / "checkpoint_last.pt", work / "12-1" / "student" / "checkpoint_avg3.pt")
+    shutil.copytree(work / "6-1" / "ct2-int8", work / "12-1" / "ct2-int8")
+    a = argparse.Namespace(students=[("12-1", 4), ("6-1", 4)], beams=[1], vmap=True,
+                           deep_row=str(teacher / "checkpoint_last.pt"), speed_repeats=1, speed_min_seconds=0.0)
     serve_study.frontier(a, work, out, 2)
     rec = json.loads((out / "frontier.json").read_text())
     rows = rec["rows"]
     beams = sorted({report_beam, 1}, reverse=True)
     assert [(r["student"], r["beam"], r["shortlist"]) for r in rows] == \
-        [("6-1", b, v) for v in (False, True) for b in beams] + [("deep-row", report_beam, False)]
+        [(s, b, v) for s in ("12-1", "6-1") for v in (False, True) for b in beams] + [("deep-row", report_beam, False)]
+    assert len({r["setting"] for r in rows}) == 1  # 12-1 served at 6-1's report's setting
     assert (work / "6-1" / "ct2-int8-vmap" / "vmap.txt").is_file() and not (work / "6-1" / "ct2-int8" / "vmap.txt").exists()
     assert not (work / "deep-row" / "ct2-int8" / "vmap.txt").exists()
     teacher_bleu = {r["teacher_sacrebleu"] for r in rows}
@@ -114,4 +119,4 @@ def test_frontier_times_every_system_against_the_teacher_with_and_without_the_sh
             assert cost["lost_share"] == round(cost["lost_tokens"] / cost["tokens"], 5)
     assert rows[-1]["parameters"] == json.loads(serve_study.report_of(work, "6-1").read_text())["sizes"]["teacher"]["parameters"]
     table = (out / "frontier.md").read_text()
-    assert table.count("\n| 6-1 |") == 2 * len(beams) and "| deep-row |" in table and "Command: `" in table
+    assert table.count("\n| 6-1 |") == table.count("\n| 12-1 |") == 2 * len(beams) and "| deep-row |" in table and "Command: `" in table
