@@ -152,6 +152,9 @@ def main(argv=None) -> int:
     p.add_argument("--reports", nargs="*", metavar="NAME",
                    help="the students that get a report (default: all; the others enter the frontier only, served "
                         "at the first report's setting)")
+    p.add_argument("--compare-with", metavar="TABLE_JSON",
+                   help="an earlier run's table.json: write OUT/agreement.json, each student's claims (batched, one "
+                        "sentence) in both runs and whether they agree within 10%% (the protocol's rerun check)")
     p.add_argument("--remeasure", action="store_true", help="measure every report again (the old one kept)")
     p.add_argument("--beams", type=int, nargs="*", default=[],
                    help="the frontier (after the reports; OUT/frontier.md): each served student also at these beam "
@@ -232,6 +235,8 @@ def main(argv=None) -> int:
         if not report_of(work, s).exists():
             run(distill_argv(s, u, work, cores), work / f"{s}.log", cores)
     write_table(a, work, out, name, record, a.reports)
+    if a.compare_with:
+        write_agreement(Path(a.compare_with), out / "table.json", out / "agreement.json")
     if a.beams or a.vmap or a.deep_row:
         frontier(a, work, out, cores)
     return 0
@@ -398,6 +403,29 @@ def write_frontier(a, out: Path, rows: list, pinned_to) -> None:
     (out / "frontier.json").write_text(json.dumps({"rows": rows, "machine": mc, "command": command}, indent=2) + "\n")
     (out / "frontier.md").write_text("\n".join(lines + ["", f"Command: `{command}`"]) + "\n")
     print("\n".join(lines))
+
+
+def agreement(first: dict, second: dict) -> dict:
+    """The protocol's rerun check (:func:`deepnmt_deploy.speed_protocol.rerun_agreement`) on two
+    tables: per student and kind (batched, single) present in both, the two claims (lower bounds) and
+    their relative difference; ``all_within_10_percent``."""
+    from deepnmt_deploy import speed_protocol as protocol
+
+    def results(table: dict) -> dict:
+        return {f"{r['student']} {kind}": {"claim": r[f"speedup_{kind}_claim"]} for r in table["rows"]
+                for kind in ("batched", "single") if f"speedup_{kind}_claim" in r}
+
+    agree = protocol.rerun_agreement({"results": results(first)}, {"results": results(second)})
+    return {"pairs": agree, "all_within_10_percent": bool(agree) and all(v["within_10_percent"] for v in agree.values())}
+
+
+def write_agreement(first: Path, second: Path, out: Path) -> dict:
+    rec = {"first": str(first.relative_to(REPO) if first.is_relative_to(REPO) else first),
+           "second": str(second.relative_to(REPO) if second.is_relative_to(REPO) else second),
+           **agreement(json.loads(first.read_text()), json.loads(second.read_text()))}
+    out.write_text(json.dumps(rec, indent=2) + "\n")
+    log(f"rerun agreement: {json.dumps(rec['pairs'])}")
+    return rec
 
 
 def write_table(a, work: Path, out: Path, name: str, record: dict, reports=None) -> None:

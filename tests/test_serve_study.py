@@ -120,3 +120,21 @@ def test_frontier_times_every_system_against_the_teacher_with_and_without_the_sh
     assert rows[-1]["parameters"] == json.loads(serve_study.report_of(work, "6-1").read_text())["sizes"]["teacher"]["parameters"]
     table = (out / "frontier.md").read_text()
     assert table.count("\n| 6-1 |") == table.count("\n| 12-1 |") == 2 * len(beams) and "| deep-row |" in table and "Command: `" in table
+
+
+def test_rerun_agreement_compares_the_claims_of_two_tables():
+    """The protocol's rerun check on two serve-study tables: each student's lower bounds (batched, one
+    sentence) in both runs, within 10% of each other or not; a student or figure missing from one run
+    is not compared."""
+    def table(*rows):
+        return {"rows": [dict(student=s, speedup_batched_claim=b, **({"speedup_single_claim": o} if o else {}))
+                         for s, b, o in rows]}
+
+    agree = serve_study.agreement(table(("6-1", 10.0, 30.0), ("12-1", 7.0, None)),
+                                  table(("6-1", 9.2, 33.0), ("desdar", 5.0, 20.0)))
+    assert set(agree["pairs"]) == {"6-1 batched", "6-1 single"}
+    assert agree["pairs"]["6-1 batched"] == {"claims": [10.0, 9.2], "relative_difference": 0.08, "within_10_percent": True}
+    assert agree["pairs"]["6-1 single"]["relative_difference"] == round(3 / 33, 4) and agree["all_within_10_percent"]
+    worse = serve_study.agreement(table(("6-1", 10.0, 30.0)), table(("6-1", 8.9, 30.0)))
+    assert not worse["pairs"]["6-1 batched"]["within_10_percent"] and not worse["all_within_10_percent"]
+    assert not serve_study.agreement(table(("6-1", 10.0, None)), table(("12-1", 10.0, None)))["all_within_10_percent"]
