@@ -227,6 +227,9 @@ def main(argv=None) -> int:
         if a.reports is not None and s not in a.reports:
             continue
         if report_of(work, s).exists() and a.remeasure:
+            if not (work / s / "report" / "tuning.json").exists():
+                raise SystemExit(f"--remeasure: {work / s / 'report'} has no tuning.json, so a rerun would tune "
+                                 "again; the rerun of the protocol keeps the first run's choice")
             n = 1 + len(list((work / s).glob("report.old-*")))
             os.replace(work / s / "report", work / s / f"report.old-{n}")
             # a rerun of the protocol: the tuning pass's choice stays frozen (the report reads it)
@@ -252,11 +255,15 @@ def export_argv(checkpoint: Path, out: Path, shortlist: bool) -> list:
 
 
 def exported(checkpoint: Path, out: Path, shortlist: bool, cores: int) -> Path:
-    """The int8 export of ``checkpoint`` at ``out`` (made once; ``.done`` marks it complete)."""
-    if not (out / ".done").exists():
+    """The int8 export of ``checkpoint`` at ``out``, made once: ``.done`` names the checkpoint and its
+    modification time, and another checkpoint (or a retrained one) is exported again."""
+    stamp = {"checkpoint": str(Path(checkpoint).resolve()), "mtime": Path(checkpoint).stat().st_mtime,
+             "shortlist": shortlist}
+    done = out / ".done"
+    if not done.exists() or json.loads(done.read_text() or "{}") != stamp:
         out.parent.mkdir(parents=True, exist_ok=True)
         run(export_argv(checkpoint, out, shortlist), Path(str(out) + ".log"), cores)
-        (out / ".done").write_text(time.strftime("%Y-%m-%d %H:%M:%S") + "\n")
+        done.write_text(json.dumps(stamp) + "\n")
     return out
 
 
@@ -286,7 +293,7 @@ def frontier(a, work: Path, out: Path, cores: int) -> None:
     student is served at the batched setting its report chose (the deep row at the first student's)."""
     import re
     import statistics
-    from dataclasses import replace
+    from dataclasses import asdict, replace
     from types import SimpleNamespace
 
     from deepnmt_deploy import speed_protocol as protocol
@@ -317,7 +324,7 @@ def frontier(a, work: Path, out: Path, cores: int) -> None:
                      max_len_b=search["max_len_b"], speed_repeats=a.speed_repeats, speed_min_seconds=a.speed_min_seconds)
     m = Measure(r, log)
     taught = setting(rep0["systems"]["teacher fairseq-generate"]["batched"]["setting"])
-    # the systems: (name, student, beam, shortlist, export directory, served setting, parameters)
+    # the systems: (name, student, beam, shortlist, export directory, served setting, parameters, checkpoint)
     systems = []
     for s, _ in a.students:
         # a student without a report (--reports): served at the first report's setting, its averaged model
@@ -329,16 +336,24 @@ def frontier(a, work: Path, out: Path, cores: int) -> None:
             ct2 = (exported(ckpt, work / s / "ct2-int8-vmap", True, cores) if shortlist else work / s / "ct2-int8")
             for beam in sorted(set(a.beams) | {r.beam}, reverse=True):
                 systems.append((f"{s}-beam{beam}{'-vmap' if shortlist else ''}", s, beam, shortlist, ct2, served,
-                                params))
+                                params, ckpt))
     if a.deep_row:
         ckpt = Path(a.deep_row).resolve()
         systems.append(("deep-row", "deep-row", r.beam, False, exported(ckpt, work / "deep-row" / "ct2-int8", False, cores),
-                        setting(rep0["systems"]["student deepnmt-translate"]["batched"]["setting"]), params_of(ckpt)))
-    rows = []
+                        setting(rep0["systems"]["student deepnmt-translate"]["batched"]["setting"]), params_of(ckpt), ckpt))
+    # the rows measured so far (a stopped frontier goes on from there; the same protocol settings)
+    partial = r.out / "rows.json"
+    key = {"repeats": a.speed_repeats, "min_seconds": a.speed_min_seconds, "teacher": str(r.teacher),
+           "teacher_setting": asdict(taught), "beam": r.beam}
+    old = json.loads(partial.read_text()) if partial.exists() else {}
+    done = old.get("rows", {}) if old.get("key") == key else {}
     with protocol.pinned(protocol.allowed_cores()) as pinned_to:
         teacher = m.fairseq("teacher", r.teacher, taught)  # the warm-up and calibration pass
         teacher_bleu = sacrebleu_of(_texts(teacher, r.ct2), refs)["sacrebleu"]
-        for name, s, beam, shortlist, ct2, served, params in systems:
+        for name, s, beam, shortlist, ct2, served, params, ckpt in systems:
+            if name in done and done[name]["checkpoint"] == str(ct2):
+                log(f"frontier: {name} measured before ({partial}), kept")
+                continue
             ms = Measure(replace(r, beam=beam, ct2=ct2), log)
             run1 = ms.ct2(name, r.test_source, served)  # quality, warm-up and calibration
             both = SimpleNamespace(r=r, tmp=m.tmp, fairseq=m.fairseq, ct2=ms.ct2)
@@ -358,8 +373,11 @@ def frontier(a, work: Path, out: Path, cores: int) -> None:
                    "loaded": any(x["load_before"] >= m.cores for runs in timed["runs"].values() for x in runs)}
             if shortlist:
                 row["shortlist_cost"] = lost_share(work / s / "ct2-int8", ct2, srcs, beam, search)
-            rows.append(row)
-    write_frontier(a, out, rows, pinned_to)
+            row["checkpoint"] = str(ct2)
+            row["model"] = str(ckpt)
+            done[name] = row
+            partial.write_text(json.dumps({"key": key, "rows": done}, indent=1) + "\n")
+    write_frontier(a, out, [done[name] for name, *_ in systems], pinned_to)
 
 
 def _texts(run: dict, ct2: Path) -> list:
@@ -398,6 +416,11 @@ def write_frontier(a, out: Path, rows: list, pinned_to) -> None:
                      f"{lo:.2f}-{hi:.2f}) | "
                      + (f"{100 * cost['lost_share']:.2f}% ({cost['lines_losing']} of {cost['lines']} lines)" if cost else "")
                      + f" | {'yes' if x['loaded'] else 'no'} |")
+    deep = [x for x in rows if x["student"] == "deep-row"]
+    if deep:
+        lines += ["", f"deep-row: `{deep[0]['model']}` exported int8 (a plain 24-layer model of the study's data; its "
+                      "own training, not the teacher's: its BLEU difference mixes training with depth, its speed is "
+                      "what 24 encoder layers cost in the engine)."]
     out.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/serve_study.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
     (out / "frontier.json").write_text(json.dumps({"rows": rows, "machine": mc, "command": command}, indent=2) + "\n")

@@ -118,7 +118,13 @@ def test_frontier_times_every_system_against_the_teacher_with_and_without_the_sh
             assert 0 <= cost["lost_tokens"] <= cost["tokens"] and cost["lines"] == 10
             assert cost["lost_share"] == round(cost["lost_tokens"] / cost["tokens"], 5)
     assert rows[-1]["parameters"] == json.loads(serve_study.report_of(work, "6-1").read_text())["sizes"]["teacher"]["parameters"]
+    # a second call measures nothing again (the rows kept in work/frontier/rows.json) and exports nothing again
+    stamps = {d: (work / d / ".done").read_text() for d in ("6-1/ct2-int8-vmap", "deep-row/ct2-int8")}
+    serve_study.frontier(a, work, out, 2)
+    assert json.loads((out / "frontier.json").read_text())["rows"] == rows
+    assert stamps == {d: (work / d / ".done").read_text() for d in stamps}
     table = (out / "frontier.md").read_text()
+    assert f"deep-row: `{teacher / 'checkpoint_last.pt'}`" in table
     assert table.count("\n| 6-1 |") == table.count("\n| 12-1 |") == 2 * len(beams) and "| deep-row |" in table and "Command: `" in table
 
 
