@@ -52,6 +52,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 from deepnmt_fairseq.jobs.stage import make_log
 from deepnmt_fairseq.machine import cores as machine_cores
@@ -504,6 +505,45 @@ def write_table(a, work: Path, out: Path, name: str, record: dict, reports=None)
     (out / "table.json").write_text(json.dumps(table, indent=2) + "\n")
     (out / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def doc_tables(run: Path, rerun: Optional[Path] = None) -> str:
+    """docs/distill.md's study-scale tables, written from the records (``run``: a ``--out`` directory
+    with table.json and frontier.json; ``rerun``: the ``--remeasure`` run's, with agreement.json), so
+    that every figure the docs give is a record's (tests/test_docs_figures.py compares them)."""
+    def claim(r: dict, kind: str) -> str:
+        lo, hi = r[f"speedup_{kind}_interval"]
+        return f"≥{r[f'speedup_{kind}_claim']:.2f}x ({r[f'speedup_{kind}']:.2f}x, {lo:.2f}-{hi:.2f})"
+
+    table = json.loads((run / "table.json").read_text())
+    runs = [("run 1", table)]
+    if rerun is not None:
+        runs.append(("run 2 (`--remeasure`: the tuning pass's choice frozen)", json.loads((rerun / "table.json").read_text())))
+    teacher = {r["teacher_bleu"] for _, t in runs for r in t["rows"]}
+    lines = [f"| student (updates), report | served sacreBLEU (teacher {'/'.join(f'{x:.2f}' for x in sorted(teacher))}) | "
+             "served - teacher | batched: claim (median, 95% CI) | one sentence: claim (median, 95% CI) |",
+             "|---|---|---|---|---|"]
+    for label, t in runs:
+        for r in t["rows"]:
+            lines.append(f"| {r['student']} ({r['updates']}), {label} | {r['served_bleu']:.2f} | "
+                         f"{r['served_minus_teacher']:+.2f} | {claim(r, 'batched')} | {claim(r, 'single')} |")
+    if rerun is not None and (rerun / "agreement.json").exists():
+        agree = json.loads((rerun / "agreement.json").read_text())
+        parts = [f"{name}: {v['claims'][0]:.2f}x and {v['claims'][1]:.2f}x, {100 * v['relative_difference']:.1f}% apart"
+                 for name, v in agree["pairs"].items()]
+        lines += ["", f"Rerun agreement (the lower bounds of the two runs): {'; '.join(parts)}; within 10%: "
+                      f"{'yes' if agree['all_within_10_percent'] else 'no'}."]
+    if (run / "frontier.json").exists():
+        rows = json.loads((run / "frontier.json").read_text())["rows"]
+        lines += ["", f"| system | beam | shortlist | served sacreBLEU | served - teacher ({rows[0]['teacher_sacrebleu']:.2f}) | "
+                      "batched: claim (median) | tokens lost to the shortlist |", "|---|---|---|---|---|---|---|"]
+        for x in rows:
+            cost = x.get("shortlist_cost")
+            lines.append(f"| {x['student']} | {x['beam']} | {'yes' if x['shortlist'] else 'no'} | {x['sacrebleu']:.2f} | "
+                         f"{x['sacrebleu'] - x['teacher_sacrebleu']:+.2f} | ≥{x['speedup_batched_claim']:.2f}x "
+                         f"({x['speedup_batched']:.2f}x) | "
+                         + (f"{100 * cost['lost_share']:.2f}%" if cost else "") + " |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -144,3 +144,26 @@ def test_rerun_agreement_compares_the_claims_of_two_tables():
     worse = serve_study.agreement(table(("6-1", 10.0, 30.0)), table(("6-1", 8.9, 30.0)))
     assert not worse["pairs"]["6-1 batched"]["within_10_percent"] and not worse["all_within_10_percent"]
     assert not serve_study.agreement(table(("6-1", 10.0, None)), table(("12-1", 10.0, None)))["all_within_10_percent"]
+
+
+def test_doc_tables_write_every_figure_from_the_records(tmp_path):
+    """docs/distill.md's study tables come from the records: each report's claim, median and interval
+    (batched and single), the rerun's agreement, each frontier row's claim and shortlist cost."""
+    run, rerun = tmp_path / "run", tmp_path / "rerun"
+    for d, (b, s) in ((run, (10.61, 31.2)), (rerun, (10.02, 30.4))):
+        d.mkdir()
+        row = {"student": "6-1", "updates": 3200, "teacher_bleu": 23.4, "served_bleu": 22.61, "served_minus_teacher": -0.79,
+               "speedup_batched": b + 0.5, "speedup_batched_interval": [b, b + 1.0], "speedup_batched_claim": b,
+               "speedup_single": s + 1, "speedup_single_interval": [s, s + 2], "speedup_single_claim": s}
+        (d / "table.json").write_text(json.dumps({"rows": [row]}))
+    (rerun / "agreement.json").write_text(json.dumps(serve_study.agreement(*(json.loads((d / "table.json").read_text())
+                                                                             for d in (run, rerun)))))
+    frontier = [{"student": "6-1", "beam": 2, "shortlist": True, "sacrebleu": 22.0, "teacher_sacrebleu": 23.4,
+                 "speedup_batched_claim": 14.25, "speedup_batched": 15.0, "shortlist_cost": {"lost_share": 0.00412}}]
+    (run / "frontier.json").write_text(json.dumps({"rows": frontier}))
+    text = serve_study.doc_tables(run, rerun)
+    assert "| 6-1 (3200), run 1 | 22.61 | -0.79 | ≥10.61x (11.11x, 10.61-11.61) | ≥31.20x (32.20x, 31.20-33.20) |" in text
+    assert "| 6-1 (3200), run 2 (`--remeasure`" in text and "≥10.02x (10.52x, 10.02-11.02)" in text
+    assert "6-1 batched: 10.61x and 10.02x, 5.6% apart" in text and "within 10%: yes" in text
+    assert "| 6-1 | 2 | yes | 22.00 | -1.40 | ≥14.25x (15.00x) | 0.41% |" in text
+    assert "(teacher 23.40)" in text
