@@ -452,9 +452,31 @@ def write_agreement(first: Path, second: Path, out: Path) -> dict:
     return rec
 
 
+def bleu_difference(report_dir: Path, refs: list) -> dict:
+    """The served student's sacreBLEU minus the teacher's on the report's own translations
+    (``student.deepnmt-translate.txt``, ``teacher.fairseq-generate.txt``) with the paired bootstrap's
+    95% interval (the evidence study's :func:`study.stats.paired_bootstrap`: Koehn 2004, seeded);
+    None without those files (a report of another layout)."""
+    files = [report_dir / f"{who}.txt" for who in ("student.deepnmt-translate", "teacher.fairseq-generate")]
+    if not refs or not all(f.exists() for f in files):
+        return None
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))  # the study's statistics (study/ is a top-level room of the repository)
+    from study.stats import paired_bootstrap
+
+    from deepnmt_fairseq.scoring import sentence_stats
+
+    hyps = {who: (report_dir / f"{who}.txt").read_text(encoding="utf-8").split("\n")[:len(refs)]
+            for who in ("student.deepnmt-translate", "teacher.fairseq-generate")}
+    return paired_bootstrap([sentence_stats(hyps["student.deepnmt-translate"], refs)],
+                            [sentence_stats(hyps["teacher.fairseq-generate"], refs)])
+
+
 def write_table(a, work: Path, out: Path, name: str, record: dict, reports=None) -> None:
     from deepnmt_fairseq.distill.report import speed_claim
 
+    ref_file = DATA_WORK / "tok" / "test.raw.de"
+    refs = ref_file.read_text(encoding="utf-8").splitlines() if ref_file.exists() else []
     rows = []
     for s, u in a.students:
         if reports is not None and s not in reports:
@@ -474,6 +496,7 @@ def write_table(a, work: Path, out: Path, name: str, record: dict, reports=None)
                      **{k: sm[k] for k in ("speedup_batched_interval", "speedup_batched_claim",
                                            "speedup_single_interval", "speedup_single_claim", "speed_meets_protocol")
                         if k in sm},
+                     "bleu_difference": bleu_difference(work / s / "report", refs),
                      "student_parameters": rep["sizes"]["student"]["parameters"],
                      "teacher_parameters": rep["sizes"]["teacher"]["parameters"],
                      "loaded": rep["loaded_machine"], "machine": rep.get("machine"), "measured_at": rep["measured_at"],
@@ -521,12 +544,15 @@ def doc_tables(run: Path, rerun: Optional[Path] = None) -> str:
         runs.append(("run 2 (`--remeasure`: the tuning pass's choice frozen)", json.loads((rerun / "table.json").read_text())))
     teacher = {r["teacher_bleu"] for _, t in runs for r in t["rows"]}
     lines = [f"| student (updates), report | served sacreBLEU (teacher {'/'.join(f'{x:.2f}' for x in sorted(teacher))}) | "
-             "served - teacher | batched: claim (median, 95% CI) | one sentence: claim (median, 95% CI) |",
+             "served - teacher (paired bootstrap 95% CI) | batched: claim (median, 95% CI) | "
+             "one sentence: claim (median, 95% CI) |",
              "|---|---|---|---|---|"]
     for label, t in runs:
         for r in t["rows"]:
+            d = r.get("bleu_difference")
+            ci = f" ({d['low']:+.2f} to {d['high']:+.2f})" if d else ""
             lines.append(f"| {r['student']} ({r['updates']}), {label} | {r['served_bleu']:.2f} | "
-                         f"{r['served_minus_teacher']:+.2f} | {claim(r, 'batched')} | {claim(r, 'single')} |")
+                         f"{r['served_minus_teacher']:+.2f}{ci} | {claim(r, 'batched')} | {claim(r, 'single')} |")
     if rerun is not None and (rerun / "agreement.json").exists():
         agree = json.loads((rerun / "agreement.json").read_text())
         parts = [f"{name}: {v['claims'][0]:.2f}x and {v['claims'][1]:.2f}x, {100 * v['relative_difference']:.1f}% apart"

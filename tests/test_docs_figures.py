@@ -207,3 +207,34 @@ def test_deployment_doc_serve_load_table_equals_the_record():
             server, generator = row[9].split(" / ")
             assert _close(server, srv["server_cpu_ms_per_token"]), row
             assert _close(generator, srv["load_generator_cpu_ms_per_token"]), row
+
+
+def test_distill_doc_protocol_tables_and_figures_are_the_records():
+    """docs/distill.md's study-scale section by the speed protocol (issue 78): its tables are
+    serve_study.doc_tables of the committed records, verbatim, and every ratio its prose derives
+    (the cost split: engine, depth, shortlist, beam) is the frontier record's, at the text's precision."""
+    import serve_study
+
+    text = (REPO / "docs" / "distill.md").read_text(encoding="utf-8")
+    section = text.split("### By the speed protocol", 1)[1].split("\n### ", 1)[0]
+    assert serve_study.doc_tables(STUDY / "protocol", STUDY / "protocol-rerun") in section
+    rows = {r["system"]: r for r in json.loads((STUDY / "protocol" / "frontier.json").read_text())["rows"]}
+    rate = {k: r["tokens_per_s"] for k, r in rows.items()}
+    prose = " ".join(section.split())
+    assert f"{rows['deep-row']['speedup_batched']:.2f}x (median)" in prose
+    assert f"{rate['6-1-beam4']:,.0f} / {rate['deep-row']:,.0f} = {rate['6-1-beam4'] / rate['deep-row']:.1f}x" in prose
+    assert f"{rate['6-1-beam4-vmap'] / rate['6-1-beam4']:.2f}x ({rate['6-1-beam4-vmap']:,.0f} / {rate['6-1-beam4']:,.0f})" in prose
+    assert f"{rate['6-1-beam2'] / rate['6-1-beam4']:.2f}x ({rate['6-1-beam2']:,.0f} / {rate['6-1-beam4']:,.0f})" in prose
+    table = json.loads((STUDY / "protocol" / "table.json").read_text())["rows"][0]
+    rerun = json.loads((STUDY / "protocol-rerun" / "table.json").read_text())["rows"][0]
+    d = table["bleu_difference"]
+    assert f"({table['served_minus_teacher']:+.2f}; the paired bootstrap's 95% interval, {d['low']:+.2f} to {d['high']:+.2f}" in prose
+    assert (f"batched lower bound is {table['speedup_batched_claim']:.2f}x in the report ({rerun['speedup_batched_claim']:.2f}x "
+            f"in its rerun, {rows['6-1-beam4']['speedup_batched_claim']:.2f}x in the frontier's row)") in prose
+    assert f"≥ {rows['6-1-beam4-vmap']['speedup_batched_claim']:.2f}x at {rows['6-1-beam4-vmap']['sacrebleu'] - table['teacher_bleu']:+.2f}" in prose
+    # docs/deployment.md's shortlist paragraph cites the same rows
+    dep = " ".join((REPO / "docs" / "deployment.md").read_text(encoding="utf-8").split())
+    v, f = rows["6-1-beam4-vmap"], rows["6-1-beam4"]
+    assert (f"loses {100 * v['shortlist_cost']['lost_share']:.2f}% of its own tokens to the shortlist, scores "
+            f"{f['sacrebleu'] - v['sacrebleu']:.2f} sacreBLEU lower and decodes {rate['6-1-beam4-vmap'] / rate['6-1-beam4']:.2f}x "
+            f"faster batched ({rate['6-1-beam4-vmap']:,.0f} against {rate['6-1-beam4']:,.0f} tok/s") in dep

@@ -155,6 +155,7 @@ def test_doc_tables_write_every_figure_from_the_records(tmp_path):
         row = {"student": "6-1", "updates": 3200, "teacher_bleu": 23.4, "served_bleu": 22.61, "served_minus_teacher": -0.79,
                "speedup_batched": b + 0.5, "speedup_batched_interval": [b, b + 1.0], "speedup_batched_claim": b,
                "speedup_single": s + 1, "speedup_single_interval": [s, s + 2], "speedup_single_claim": s}
+        row["bleu_difference"] = {"delta": -0.79, "low": -1.12, "high": -0.45}
         (d / "table.json").write_text(json.dumps({"rows": [row]}))
     (rerun / "agreement.json").write_text(json.dumps(serve_study.agreement(*(json.loads((d / "table.json").read_text())
                                                                              for d in (run, rerun)))))
@@ -162,7 +163,7 @@ def test_doc_tables_write_every_figure_from_the_records(tmp_path):
                  "speedup_batched_claim": 14.25, "speedup_batched": 15.0, "shortlist_cost": {"lost_share": 0.00412}}]
     (run / "frontier.json").write_text(json.dumps({"rows": frontier}))
     text = serve_study.doc_tables(run, rerun)
-    assert "| 6-1 (3200), run 1 | 22.61 | -0.79 | ≥10.61x (11.11x, 10.61-11.61) | ≥31.20x (32.20x, 31.20-33.20) |" in text
+    assert "| 6-1 (3200), run 1 | 22.61 | -0.79 (-1.12 to -0.45) | ≥10.61x (11.11x, 10.61-11.61) | ≥31.20x (32.20x, 31.20-33.20) |" in text
     assert "| 6-1 (3200), run 2 (`--remeasure`" in text and "≥10.02x (10.52x, 10.02-11.02)" in text
     assert "6-1 batched: 10.61x and 10.02x, 5.6% apart" in text and "within 10%: yes" in text
     assert "| 6-1 | 2 | yes | 22.00 | -1.40 | ≥14.25x (15.00x) | 0.41% |" in text
