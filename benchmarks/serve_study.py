@@ -455,16 +455,12 @@ def write_agreement(first: Path, second: Path, out: Path) -> dict:
 def bleu_difference(report_dir: Path, refs: list) -> dict:
     """The served student's sacreBLEU minus the teacher's on the report's own translations
     (``student.deepnmt-translate.txt``, ``teacher.fairseq-generate.txt``) with the paired bootstrap's
-    95% interval (the evidence study's :func:`study.stats.paired_bootstrap`: Koehn 2004, seeded);
+    95% interval (:func:`deepnmt_fairseq.scoring.paired_bootstrap`, the evidence study's: Koehn 2004, seeded);
     None without those files (a report of another layout)."""
     files = [report_dir / f"{who}.txt" for who in ("student.deepnmt-translate", "teacher.fairseq-generate")]
     if not refs or not all(f.exists() for f in files):
         return None
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))  # the study's statistics (study/ is a top-level room of the repository)
-    from study.stats import paired_bootstrap
-
-    from deepnmt_fairseq.scoring import sentence_stats
+    from deepnmt_fairseq.scoring import paired_bootstrap, sentence_stats
 
     hyps = {who: (report_dir / f"{who}.txt").read_text(encoding="utf-8").split("\n")[:len(refs)]
             for who in ("student.deepnmt-translate", "teacher.fairseq-generate")}

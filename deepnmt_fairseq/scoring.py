@@ -86,6 +86,66 @@ def bleu_from_stats(totals) -> float:
     return float(_metric()._compute_score_from_stats([int(x) for x in totals]).score)
 
 
+#: the paired bootstrap's resamples and seed (the evidence study's and the serve study's)
+BOOTSTRAP_SAMPLES = 1000
+BOOTSTRAP_SEED = 12345
+
+
+def _bleu_rows(sums):
+    """Corpus BLEU of each row of summed statistics: sacreBLEU's formula with its default 'exp'
+    smoothing (an n-gram order without a match counts 1 / (2^k * total), k the number of such
+    orders so far) and brevity penalty, vectorised over the rows."""
+    import numpy as np
+
+    sums = np.asarray(sums, dtype=np.float64)
+    hyp, ref = sums[:, 0], sums[:, 1]
+    smooth = np.ones(len(sums))
+    logs = np.zeros(len(sums))
+    for k in range(4):
+        match, total = sums[:, 2 + k], sums[:, 6 + k]
+        safe_total = np.where(total > 0, total, 1.0)
+        zero = (match == 0) & (total > 0)
+        smooth = np.where(zero, smooth * 2, smooth)
+        prec = np.where(total > 0, np.where(zero, 1.0 / (smooth * safe_total), match / safe_total), 0.0)
+        with np.errstate(divide="ignore"):
+            logs = logs + np.log(prec)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bp = np.where(hyp < ref, np.exp(1 - ref / np.where(hyp > 0, hyp, 1.0)), 1.0)
+        score = 100 * bp * np.exp(logs / 4)
+    return np.where((hyp > 0) & np.isfinite(score), score, 0.0)
+
+
+def paired_bootstrap(a: Sequence[Sequence[Sequence[int]]], b: Sequence[Sequence[Sequence[int]]],
+                     samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED) -> Optional[dict]:
+    """System A (its seeds' sentence statistics) against system B on the same test sentences:
+    {"delta": seed-mean BLEU of A - of B, "p", "low", "high", "samples", "sentences"}; None when a
+    seed's statistics are missing or the runs were evaluated on different test sets."""
+    import numpy as np
+
+    if not a or not b or any(s is None for s in (*a, *b)):
+        return None
+    n = len(a[0])
+    if n == 0 or any(len(s) != n for s in (*a, *b)):
+        return None
+    rng = np.random.default_rng(seed)
+    # counts[r, i]: how often sentence i is drawn in resample r (the same draws for both systems)
+    counts = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(samples)]).astype(np.float64)
+
+    def seed_mean(system):
+        observed = np.mean([_bleu_rows(np.asarray(s, dtype=np.float64).sum(0, keepdims=True))[0] for s in system])
+        resampled = np.mean([_bleu_rows(counts @ np.asarray(s, dtype=np.float64)) for s in system], axis=0)
+        return observed, resampled
+
+    obs_a, res_a = seed_mean(a)
+    obs_b, res_b = seed_mean(b)
+    delta = float(obs_a - obs_b)
+    diffs = res_a - res_b
+    against = np.sum(diffs <= 0) if delta > 0 else np.sum(diffs >= 0)
+    return {"delta": round(delta, 2), "p": round(float((against + 1) / (samples + 1)), 4),
+            "low": round(float(np.percentile(diffs, 2.5)), 2), "high": round(float(np.percentile(diffs, 97.5)), 2),
+            "samples": samples, "sentences": n}
+
+
 def _ngrams(tokens: Sequence[str], n: int) -> Counter:
     return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
 
