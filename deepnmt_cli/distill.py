@@ -99,6 +99,11 @@ def build_parser():
     g.add_argument("--seed", type=int, default=1, help="seed of the student's training and of --select random")
     g = p.add_argument_group("export and report")
     g.add_argument("--quantization", default="int8", help="CTranslate2 weight type (deepnmt-export-ct2)")
+    g.add_argument("--vmap", action="store_true",
+                   help="export the student with a vocabulary shortlist built from --data's training pairs "
+                        "(deepnmt-export-ct2 --vmap, into ct2-<quantization>-vmap; CTranslate2's use_vmap) and serve "
+                        "the report with it: each output step scores only the target tokens the sentence's source "
+                        "allows (docs/deployment.md; the report's two student rows give its BLEU cost)")
     seg = g.add_mutually_exclusive_group()
     seg.add_argument("--bpe-codes", help="subword-nmt codes of --data (default: found next to it)")
     seg.add_argument("--spm-model", help="sentencepiece model of --data")

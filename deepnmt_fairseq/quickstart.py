@@ -41,7 +41,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
 from deepnmt_data import small_corpus
 
@@ -203,6 +203,13 @@ def student_updates(a) -> int:
     return max(a.student_updates or 2 * a.max_update, a.average * a.save_every)
 
 
+def step7_report(work: Path, a) -> Path:
+    """Step 7's report directory (deepnmt-distill's, with or without the shortlist)."""
+    from .distill.command import report_name
+
+    return work / "distill" / report_name(a.vmap)
+
+
 def deploy_stage(work: Path, bin_dir: Path, model: Path, a) -> Stage:
     """Step 7 as the project's stage: train deep, serve shallow - ``deepnmt-distill`` from the
     quickstart's own MSC model (the teacher) to a served int8 student (--student, 6-1 by default);
@@ -224,8 +231,11 @@ def deploy_stage(work: Path, bin_dir: Path, model: Path, a) -> Stage:
             "--seed", a.seed, "--beam", "5", "--lenpen", "1.0", "--max-len-a", "1.2", "--max-len-b", a.max_len_b,
             "--cpu", *(["--single-sentences", a.single_sentences] if a.single_sentences else []),
             *speed_flags(a),
-            *(["--student", a.student] if a.student != "auto" else [])]
-    return Stage("distill", argv, d / "report" / "report.json", kind="distill",
+            *(["--student", a.student] if a.student != "auto" else []),
+            # the vocabulary shortlist (issue 78): on the step-7 record it took the batched claim from
+            # >=9.1x to >=10.82x for 0.15 sacreBLEU (benchmarks/results/distill-step7/)
+            *(["--vmap"] if a.vmap else [])]
+    return Stage("distill", argv, step7_report(work, a) / "report.json", kind="distill",
                  what=f"distil the MSC model into a served int8 student ({a.student}): deepnmt-distill")
 
 
@@ -264,51 +274,92 @@ def deploy_line(rep: dict) -> str:
             f"fairseq-generate ({t['batched']['tokens_per_s']:.0f} / {t['single']['tokens_per_s']:.0f} tok/s){short}{loaded}")
 
 
-#: the committed record of measured quickstart times (package data): one entry per CPU kind, with the
+#: the committed record of measured quickstart times (package data): entries by CPU kind, each with the
 #: version of the quickstart it timed; a complete run writes its own entry (:func:`write_time_record`)
 TIMES = Path(__file__).with_name("quickstart_times.json")
 
+#: the quickstart's version, as its time records name it: 1 = step 7 with the 6-3 student and fixed
+#: thread settings; 2 = step 7 with the 6-1 student, its settings search and the shortened speed
+#: protocol (issues 71 and 78).  Raise it when a change moves the quickstart's time.
+QUICKSTART_VERSION = 2
+VERSION_WORDS = {1: "step 7 with the 6-3 student and fixed thread settings",
+                 2: "step 7 with the 6-1 student, its settings search and the shortened speed protocol"}
+
+
+def time_runs() -> List[dict]:
+    """Every entry of :data:`TIMES` (an entry without ``version`` timed version 1)."""
+    return [{"version": 1, **r} for r in json.loads(TIMES.read_text())["runs"]]
+
 
 def measured_times() -> Dict[str, dict]:
-    """{kernels: the record's entry} from :data:`TIMES`."""
-    runs = json.loads(TIMES.read_text())["runs"]
-    return {r["kernels"]: r for r in runs}
+    """{kernels: that kind's entry of the newest version (the latest date among equals)}."""
+    newest: Dict[str, dict] = {}
+    for r in sorted(time_runs(), key=lambda r: (r["version"], r["date"])):
+        newest[r["kernels"]] = r
+    return newest
 
 
 def _minutes(run: dict) -> int:
-    return round((run["seconds"] - run.get("setup_seconds", 0)) / 60)
+    return round(_raw_minutes(run))
+
+
+def _raw_minutes(run: dict) -> float:
+    return (run["seconds"] - run.get("setup_seconds", 0)) / 60
+
+
+def reference_minutes(kernels: str) -> Tuple[float, str]:
+    """Minutes of the current quickstart with the defaults on 2 cores of this CPU kind (another kind
+    reads as the slower AVX2 one), set-up excluded, and where the figure comes from.  A kind timed
+    only on an older version is scaled by how much the version changed the time on a kind timed on
+    both (the record's ratio, named in the words); with no such kind, its old time, said so."""
+    runs, times = time_runs(), measured_times()
+    ref = times.get(kernels, times.get("AVX2") or next(iter(times.values())))
+    if ref["version"] == QUICKSTART_VERSION:
+        return _raw_minutes(ref), f"measured {ref['date']} on this version"
+    for other in sorted({r["kernels"] for r in runs}):
+        new = [r for r in runs if r["kernels"] == other and r["version"] == QUICKSTART_VERSION]
+        old = [r for r in runs if r["kernels"] == other and r["version"] == ref["version"]]
+        if new and old:
+            ratio = _raw_minutes(new[-1]) / _raw_minutes(old[-1])
+            return (_raw_minutes(ref) * ratio,
+                    f"{ref['kernels']} timed {ref['date']} on version {ref['version']} "
+                    f"({VERSION_WORDS.get(ref['version'], '?')}), scaled x{ratio:.2f} as the change "
+                    f"to version {QUICKSTART_VERSION} measured on {other.replace('512', '-512')}")
+    return _raw_minutes(ref), f"timed {ref['date']} on version {ref['version']}, not this version"
 
 
 def estimate(a, kernels: str, cores: int) -> str:
     """The line the quickstart prints before it starts: its expected time on this machine, from the
-    measured times of :data:`TIMES` (the same CPU kind; another kind reads as the slower AVX2 one),
-    scaled by the cores (the runs use every core; 2 were measured) and by the training pairs and
-    updates asked for; and the options that make it shorter.  The line says which version of the
-    quickstart the record timed."""
-    times = measured_times()
-    ref = times.get(kernels, times["AVX2"])
-    base = _minutes(ref)
+    measured times of :data:`TIMES` (:func:`reference_minutes`), scaled by the cores (the runs use
+    every core; 2 were measured) and by the training pairs and updates asked for; and the options that
+    make it shorter.  The line says which measurement the figure comes from."""
+    base, source = reference_minutes(kernels)
     share = min(a.train_pairs or 18000, 18000) / 18000  # SKD and the step-7 report scale with the data
     minutes = base * (2 / max(1, min(cores, 8))) * (a.max_update / 800) * (0.55 + 0.45 * share)
     if a.deploy == "off":
         minutes *= 0.35  # steps 1-6 only: about a third of the default run (quickstart-timing.txt)
-    measured = ", ".join(f"{_minutes(r)} min {k.replace('512', '-512')}" for k, r in sorted(times.items(), reverse=True))
+    measured = ", ".join(f"{_minutes(r)} min {k.replace('512', '-512')} (version {r['version']})"
+                         for k, r in sorted(measured_times().items(), reverse=True))
     return (f"estimated time on this machine ({kernels} kernels, {cores} cores): about {max(1, round(minutes))} min "
-            f"(measured with the defaults on 2 cores: {measured}, {ref['date']}, {ref['quickstart']}); "
+            f"({source}; the records, with the defaults on 2 cores, set-up excluded: {measured}); "
             f"shorter: --train-pairs 3000, --deploy off")
 
 
 def write_time_record(work: Path, a, seconds: float, complete: bool) -> Optional[Path]:
     """After a run that did every step from an empty work directory (``complete``): its time, machine
-    and options as an entry of :data:`TIMES`'s format, in ``WORK/quickstart-time.json``."""
+    and options as an entry of :data:`TIMES`'s format, in ``WORK/quickstart-time.json``.  The
+    environment's set-up time, which scripts/quickstart.sh measures before it starts this program
+    (``DEEPNMT_SETUP_SECONDS``: a few seconds where the environment was already set up), is part of
+    ``seconds`` and recorded apart as ``setup_seconds``, which the estimate leaves out."""
     if not complete:
         return None
     from .machine import cores, cpu_kernels, cpu_model
 
+    setup = int(os.environ.get("DEEPNMT_SETUP_SECONDS") or 0)
     entry = {"kernels": cpu_kernels(), "cpu": cpu_model(), "date": time.strftime("%Y-%m-%d"),
-             "seconds": round(seconds), "cores": cores(), "setup_seconds": 0,
+             "seconds": round(seconds) + setup, "cores": cores(), "setup_seconds": setup,
              "options": {"train_pairs": a.train_pairs, "max_update": a.max_update, "deploy": a.deploy},
-             "quickstart": "this version (deepnmt-distill step 7 with its settings search and the shortened speed protocol)",
+             "version": QUICKSTART_VERSION, "quickstart": VERSION_WORDS[QUICKSTART_VERSION],
              "source": f"{work}/quickstart-time.json"}
     path = work / "quickstart-time.json"
     path.write_text(json.dumps(entry, indent=1) + "\n")
@@ -362,6 +413,10 @@ def main(argv=None) -> int:
                         f"--single-sentences {STEP7_SINGLE_SENTENCES} and {STEP7_SPEED_REPEATS} rounds the timing adds "
                         "about 3 min (AVX-512) to 4.5 min (AVX2) on 2 cores; the report then says its figures are "
                         "not the full protocol's; docs/distill.md)")
+    p.add_argument("--no-vmap", dest="vmap", action="store_false",
+                   help="step 7: serve the student without the vocabulary shortlist (deepnmt-distill --vmap, on by "
+                        "default: measured, it costs about 0.15 sacreBLEU and buys about 1.2x batched, 1.5x one "
+                        "sentence at a time; docs/distill.md)")
     a = p.parse_args(argv)
     if a.train_pairs is not None and a.train_pairs < 1:
         p.error(f"--train-pairs {a.train_pairs}: at least 1 training pair")
@@ -378,7 +433,7 @@ def main(argv=None) -> int:
     # nor do step 7's own options: deepnmt-distill ties WORK/distill to its settings itself
     settings = {k: v for k, v in vars(a).items()
                 if k not in ("work_dir", "deploy", "student_updates", "skd_beam", "single_sentences", "student",
-                             "speed_repeats", "speed_min_seconds")}
+                             "speed_repeats", "speed_min_seconds", "vmap")}
     # a setting added later is absent from older stamps: absent reads as its default (None)
     settings_guard(work, settings, error=SystemExit, missing_as_default=True)
     os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
@@ -408,7 +463,7 @@ def main(argv=None) -> int:
         step7 = deploy_stage(work, bin_dir, model, a)
         runner.run([step7])
         print(deploy_line(json.loads(step7.output.read_text())))
-        print(f"report:       {work / 'distill' / 'report' / 'report.md'}")
+        print(f"report:       {step7_report(work, a) / 'report.md'}")
     elif a.deploy == "auto":
         print("step 7 (CTranslate2 export) skipped: pip install '.[deploy]' to run it")
     print(f"results:      {work / 'eval' / 'results.json'}  ({time.time() - t0:.0f} s this run)")

@@ -285,6 +285,18 @@ def test_msc_teacher_to_served_student_end_to_end(data_bin, teachers, tmp_path, 
     assert _distill(data_bin, work, teachers["msc"], "--seed", "2") == 1
     assert "other settings" in capsys.readouterr().err
     assert json.loads((work / "report" / "report.json").read_text()) == rep
+    # --vmap on the same work directory (issue 78): the same student, exported again with the vocabulary
+    # shortlist into its own directory and reported into report-vmap; nothing retrained, the first
+    # export and report kept
+    assert _distill(data_bin, work, teachers["msc"], "--vmap") == 0
+    again = capsys.readouterr().out
+    assert "$ fairseq-train" not in again and "deepnmt-export-ct2" in again and "--vmap" in again
+    assert (work / "ct2-int8-vmap" / "vmap.txt").is_file() and not (work / "ct2-int8" / "vmap.txt").exists()
+    short = json.loads((work / "report-vmap" / "report.json").read_text())
+    assert short["sizes"]["served"]["shortlist"] is True and rep["sizes"]["served"]["shortlist"] is False
+    assert short["sizes"]["served"]["model"] == str(work / "ct2-int8-vmap")
+    assert "int8 with the vocabulary shortlist" in (work / "report-vmap" / "report.md").read_text()
+    assert json.loads((work / "report" / "report.json").read_text()) == rep
 
 
 @pytest.mark.slow

@@ -9,7 +9,9 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-STEP7 = REPO / "benchmarks" / "results" / "distill-step7" / "quickstart-6-1-idle" / "report.json"
+STEP7 = REPO / "benchmarks" / "results" / "distill-step7" / "quickstart-protocol-idle-vmap" / "report.json"
+#: the same models served without the shortlist (the fresh-clone run of the whole quickstart)
+STEP7_PLAIN = STEP7.parents[1] / "quickstart-protocol-idle" / "report.json"
 ROWS = {"MSC teacher, fairseq-generate": "teacher fairseq-generate",
         "student 6-1, fairseq-generate": "student fairseq-generate",
         "served student, `deepnmt-translate` int8": "student deepnmt-translate"}
@@ -63,6 +65,7 @@ def test_readme_step7_table_equals_the_record():
     summary = rep["summary"]
     assert _numbers(served[1])[1] == summary["bleu_served_minus_teacher"]
     check_speed_cells(served, summary)
+    assert rep["sizes"]["served"]["shortlist"] and not json.loads(STEP7_PLAIN.read_text())["sizes"]["served"].get("shortlist")
     size = {"teacher fairseq-generate": "teacher", "student fairseq-generate": "student",
             "student deepnmt-translate": "served"}
     for system, cells in rows.items():
@@ -74,9 +77,8 @@ STEP7_SENTENCE = re.compile(
     r"teacher (?P<teacher>[\d.]+) sacreBLEU with fairseq-generate, served student (?P<served>[\d.]+) "
     r"\((?P<delta>-?[\d.]+)\), \*\*≥?(?P<batched>[\d.]+)x\*\*(?: \([^)]*\))? the teacher's tokens/s batched and "
     r"\*\*≥?(?P<single>[\d.]+)x\*\*(?: \([^)]*\))? one sentence at a time")
-# the other committed step-7 measurements the paragraph cites
-STEP7_OTHERS = (STEP7.parent / "run1-ct2-sizes-16-128" / "report.json",
-                STEP7.parents[1] / "quickstart-idle" / "report.json")
+# the other committed step-7 measurements the current paragraphs cite
+STEP7_OTHERS = (STEP7_PLAIN,)
 
 
 def test_deployment_doc_step7_figures_equal_the_record():
@@ -100,6 +102,18 @@ def test_deployment_doc_step7_figures_equal_the_record():
     cited = {float(x) for x in re.findall(r"(\d+(?:\.\d+)?)x\b", current)}
     assert {headline(s, k) for s in summaries for k in ("batched", "single")} <= cited
     assert cited <= {x for s in summaries for k in ("batched", "single") for x in speed_figures(s, k)}
+    # the shortlist's cost and the target it decides (issue 78), from the two records and shortlist-cost.json
+    plain = json.loads(STEP7_PLAIN.read_text())
+    cost = json.loads((STEP7.parent / "shortlist-cost.json").read_text())
+    m = re.search(r"The shortlist costs ([\d.]+) sacreBLEU here and drops ([\d.]+)% of the full student's own tokens "
+                  r"\(([\d,]+) of ([\d,]+);", current)
+    assert m, "the shortlist's cost sentence of docs/deployment.md changed its wording"
+    assert float(m[1]) == round(plain["systems"]["student deepnmt-translate"]["sacrebleu"]
+                                - systems["student deepnmt-translate"]["sacrebleu"], 2)
+    assert float(m[2]) == round(100 * cost["lost_share"], 1)
+    assert (int(m[3].replace(",", "")), int(m[4].replace(",", ""))) == (cost["lost_tokens"], cost["tokens"])
+    assert "holds with it and is missed without it" in current
+    assert headline(plain["summary"], "batched") < 10 <= headline(summary, "batched")
 
 def test_the_checks_accept_a_record_of_the_speed_protocol():
     """A step-7 record measured by the speed protocol (issue 78) holds the median, its interval and the
@@ -238,3 +252,20 @@ def test_distill_doc_protocol_tables_and_figures_are_the_records():
     assert (f"loses {100 * v['shortlist_cost']['lost_share']:.2f}% of its own tokens to the shortlist, scores "
             f"{f['sacrebleu'] - v['sacrebleu']:.2f} sacreBLEU lower and decodes {rate['6-1-beam4-vmap'] / rate['6-1-beam4']:.2f}x "
             f"faster batched ({rate['6-1-beam4-vmap']:,.0f} against {rate['6-1-beam4']:,.0f} tok/s") in dep
+
+
+def test_distill_doc_step7_protocol_table_is_the_two_records():
+    """docs/distill.md's step-7 table by the speed protocol: each row's BLEU and claims (medians) are its
+    record's, the plain run's and the shortlist's, and the teacher's BLEU is the one both measured."""
+    text = (REPO / "docs" / "distill.md").read_text(encoding="utf-8")
+    section = text.split("**By the speed protocol (issue 78; 2026-12-05).**", 1)[1].split("`--skd-beam`", 1)[0]
+    rows = {r[0]: r for r in ([c.strip() for c in ln.strip().strip("|").split("|")] for ln in section.splitlines()
+                              if ln.startswith("| with"))}
+    assert set(rows) == {"without the shortlist", "with the shortlist (the default)"}
+    for label, path in (("without the shortlist", STEP7_PLAIN), ("with the shortlist (the default)", STEP7)):
+        rep = json.loads(path.read_text())
+        sm, served = rep["summary"], rep["systems"]["student deepnmt-translate"]
+        assert _numbers(rows[label][1]) == [served["sacrebleu"], sm["bleu_served_minus_teacher"]], label
+        for cell, kind in ((rows[label][2], "batched"), (rows[label][3], "single")):
+            assert _numbers(cell) == [sm[f"speedup_{kind}_claim"], sm[f"speedup_{kind}"]], (label, kind)
+        assert f"teacher {rep['systems']['teacher fairseq-generate']['sacrebleu']}" in section

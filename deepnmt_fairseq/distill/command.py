@@ -14,6 +14,12 @@ TINY_STUDENT_UPDATES = 8
 TINY_SPEED_REPEATS = 1
 
 
+def report_name(shortlist: bool) -> str:
+    """The report's directory in the work directory: ``report``, or ``report-vmap`` for the student
+    served with the vocabulary shortlist (``--vmap``), so that both stay side by side."""
+    return "report-vmap" if shortlist else "report"
+
+
 def run(a) -> int:
     """``deepnmt-distill`` (arguments: :mod:`deepnmt_cli.distill`)."""
     argv = vars(a).pop("argv", None)  # the command line, for the report (not a setting)
@@ -68,8 +74,8 @@ def run(a) -> int:
     except PlanError as err:
         print(f"deepnmt-distill: error: {err}", file=sys.stderr)
         return 2
-    export_args = (["--bpe-codes", a.bpe_codes] if a.bpe_codes else []) + (["--spm-model", a.spm_model]
-                                                                        if a.spm_model else [])
+    export_args = ((["--bpe-codes", a.bpe_codes] if a.bpe_codes else [])
+                   + (["--spm-model", a.spm_model] if a.spm_model else []) + (["--vmap"] if a.vmap else []))
     c = DistillConfig(work=work, data=Path(a.data).resolve(), teacher_row=row,
                       teacher=Path(a.teacher).resolve() if a.teacher else None, average=a.average,
                       student_init=a.student_init, student_arch=a.student_arch,
@@ -79,7 +85,7 @@ def run(a) -> int:
                       student_args=shlex.split(a.student_args), train_args=train_args,
                       student_updates=a.student_updates, save_interval_updates=a.save_interval_updates,
                       select=a.select, seed=a.seed, skd_args=skd_args, quantization=a.quantization,
-                      export_args=export_args, cpu=cpu)
+                      export_args=export_args, shortlist=a.vmap, cpu=cpu)
     runner = Runner("distill")
     try:
         plan = plan_distillation(c)
@@ -89,7 +95,7 @@ def run(a) -> int:
     for note in plan.notes:
         runner.log(note)
     runner.log(f"device: {'cpu' if cpu else 'cuda'}")
-    report_dir = work / "report"
+    report_dir = work / report_name(a.vmap)
     inputs = ReportInputs(out=report_dir, data=c.data, teacher=plan.teacher_model, student=plan.student_model,
                           ct2=plan.ct2_model, test_source=Path(a.test_source).resolve(),
                           test_reference=Path(a.test_reference).resolve(), cpu=cpu, beam=a.beam, lenpen=a.lenpen,
@@ -105,12 +111,14 @@ def run(a) -> int:
         for i, st in enumerate(stages, 1):
             print(f"{i}. {st.name}{' (done)' if st.is_done() else ''}: {st.command_line()}")
         return 0
-    # what decides the outputs; not the device (a run moved between a GPU and a CPU node may resume)
+    # what decides the outputs; not the device (a run moved between a GPU and a CPU node may resume), nor
+    # --vmap (its export and report have their own directories: one student served with and without it)
     settings = {k: v for k, v in vars(a).items() if k not in ("work_dir", "cpu", "dry_run", "student_depth_cap",
                                                                 "no_speed_search", "no_report", "speed_repeats",
-                                                                "speed_min_seconds", "speed_cores")}
+                                                                "speed_min_seconds", "speed_cores", "vmap")}
     if settings.get("student") == "auto":  # the default shape: work directories made before --student existed
         del settings["student"]
+
     for k in ("teacher", "data", "test_source", "test_reference", "bpe_codes", "spm_model"):
         if settings.get(k):  # the same files, whichever directory the command is run from
             settings[k] = str(Path(settings[k]).resolve())

@@ -215,6 +215,14 @@ def params_of(checkpoint: Path) -> int:
     return int(sum(v.numel() for k, v in state.items() if v.is_floating_point() and not k.endswith("_float_tensor")))
 
 
+def _has_shortlist(ct2) -> bool:
+    """Whether the export carries a vocabulary shortlist, which deepnmt-translate then uses
+    (deepnmt-export-ct2 --vmap; deepnmt_deploy/vmap.py)."""
+    from deepnmt_deploy.vmap import VMAP_FILE
+
+    return (Path(ct2) / VMAP_FILE).is_file()
+
+
 def disk_size(path: Path) -> int:
     path = Path(path)
     if path.is_file():
@@ -556,7 +564,8 @@ def build_report(r: ReportInputs, log: Callable[[str], None] = print) -> dict:
                          "bytes": disk_size(r.teacher)},
              "student": {"checkpoint": str(r.student), "parameters": params_of(r.student),
                          "bytes": disk_size(r.student)},
-             "served": {"model": str(r.ct2), "quantization": meta.get("quantization"), "bytes": disk_size(r.ct2)}}
+             "served": {"model": str(r.ct2), "quantization": meta.get("quantization"), "bytes": disk_size(r.ct2),
+                        "shortlist": _has_shortlist(r.ct2)}}
     loaded = [f"{name} ({kind})" for name, s in systems.items() for kind in ("batched", "single") if
               s[kind]["load"]["loaded"]]
     report = {"test": {"source": str(r.test_source), "reference": str(r.test_reference), "sentences": n,
@@ -645,7 +654,8 @@ def markdown(rep: dict) -> str:
               f"{_mb(sz['teacher']['bytes'])} |",
               f"| student ({sz['student']['checkpoint']}) | {sz['student']['parameters']:,} | "
               f"{_mb(sz['student']['bytes'])} |",
-              f"| served student, CTranslate2 {sz['served']['quantization']} ({sz['served']['model']}) | "
+              f"| served student, CTranslate2 {sz['served']['quantization']}"
+              f"{' with the vocabulary shortlist' if sz['served'].get('shortlist') else ''} ({sz['served']['model']}) | "
               f"{sz['student']['parameters']:,} | {_mb(sz['served']['bytes'])} |", ""]
     loads = [f"{n} {k}: {v[k]['load']['load1']}" for n, v in s.items() for k in ("batched", "single")]
     if rep["loaded_machine"]:
