@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .plan import (CONVERGED_SEEDS, DD_KINDS, FAMILIES, POST_NORM_FAMILIES, RECORDS, REPO, REPORTS, by_system,
                    converged_families, dd_choice, dd_depth, headline_pairs, partials, run_order, run_updates,
-                   postnorm_point, prenorm_check_runs, stat, sweep_choice, sweep_depth, sweep_table,
+                   postnorm_point, prenorm_check_runs, stat, sweep_choice, sweep_depth, sweep_edge, sweep_table,
                    valid_interval, diag_runs, sweep_name, BIGBATCH, chosen_recipe, old_recipe,
                    retuned_name, superseded, SWEEP_FAMILIES)
 from .stats import ALPHA, BOOTSTRAP_SAMPLES, SEED_SAMPLES, decode_stats, paired_bootstrap, seed_bootstrap
@@ -506,6 +506,13 @@ def sweep_section(p, results: Dict[str, dict]) -> List[str]:
         out.append(f"| {fam}-{n} | " + " | ".join(cells) + " | "
                    + (f"{best[0]:g} / {best[1]}" if best else f"not yet ({sum(v is None for v in row.values())} "
                                                                f"of {len(row)} to run)") + " |")
+    edges = [(fam, sweep_edge(p, results, fam)) for fam in tab]
+    edges = [(fam, e) for fam, e in edges if e]
+    if edges:
+        rates = sorted({lr for lr, _ in p.sweep_grid})
+        out += ["", "On the grid's edge (`study.plan.sweep_edge`): the lowest valid NLL so far lies at the grid's "
+                + "; ".join(f"{e} peak rate ({rates[-1] if e == 'highest' else rates[0]:g}) for {fam}" for fam, e in edges)
+                + ". The rule chooses inside the grid, so a rate beyond it was not tried: the optimum may lie there."]
     point = postnorm_point(p, results)
     check = prenorm_check_runs(p, results)
     mid = p.depths[len(p.depths) // 2]

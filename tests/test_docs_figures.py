@@ -269,3 +269,21 @@ def test_distill_doc_step7_protocol_table_is_the_two_records():
         for cell, kind in ((rows[label][2], "batched"), (rows[label][3], "single")):
             assert _numbers(cell) == [sm[f"speedup_{kind}_claim"], sm[f"speedup_{kind}"]], (label, kind)
         assert f"teacher {rep['systems']['teacher fairseq-generate']['sacrebleu']}" in section
+
+
+def test_distill_doc_step7_cost_split_is_derived_from_the_records():
+    """The step-7 paragraph's cost split (issue 78, item 5): every rate it cites is a record's, and each
+    ratio it derives equals the ratio of those records' rates."""
+    text = " ".join((REPO / "docs" / "distill.md").read_text(encoding="utf-8").split())
+    section = text.split("**By the speed protocol (issue 78; 2026-12-05).**", 1)[1].split("`--skd-beam`", 1)[0]
+    plain, short = (json.loads(p.read_text())["systems"] for p in (STEP7_PLAIN, STEP7))
+    old = json.loads((STEP7.parents[1] / "quickstart-6-1-idle" / "report.json").read_text())["systems"]
+    rate = lambda s, who, kind="batched": round(s[who][kind]["tokens_per_s"])  # noqa: E731
+    t, f, c = "teacher fairseq-generate", "student fairseq-generate", "student deepnmt-translate"
+    assert f"({rate(plain, t)}-{rate(short, t)} tok/s)" in section and f"({rate(old, t)} tok/s" in section
+    depth = sorted(round(rate(s, f) / rate(s, t), 1) for s in (plain, short))
+    assert f"buys {depth[0]}-{depth[1]}x" in section
+    assert f"int8 (the same student in `deepnmt-translate` against fairseq-generate) {round(rate(plain, c) / rate(plain, f), 1)}x" in section
+    assert f"the shortlist {round(rate(short, c) / rate(plain, c), 2)}x more ({rate(short, c)} against {rate(plain, c)} tok/s)" in section
+    one = (rate(short, c, "single"), rate(plain, c, "single"))
+    assert f"buys {round(one[0] / one[1], 2)}x ({one[0]} against {one[1]} tok/s)" in section

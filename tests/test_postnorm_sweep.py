@@ -93,6 +93,26 @@ def test_the_rule_is_the_lowest_valid_nll_once_the_grid_is_complete_and_ignores_
     assert plan.sweep_table(CPU, _records(vals))["deepnorm"][grid[1]] == math.inf
 
 
+def test_a_best_point_on_the_grids_edge_of_rates_is_flagged():
+    """The rule cannot look past its grid: a family whose lowest valid NLL is at the highest (lowest) rate
+    is flagged, one with its best inside the grid is not, and nothing finished flags nothing."""
+    grid = list(CPU.sweep_grid)
+    rates = sorted({lr for lr, _ in grid})
+    falling = {("postnorm", pt): 6.0 - pt[0] for pt in grid}  # the higher the rate, the lower the NLL
+    assert plan.sweep_edge(CPU, _records(falling), "postnorm") == "highest"
+    rising = {("postnorm", pt): 6.0 + pt[0] for pt in grid}
+    assert plan.sweep_edge(CPU, _records(rising), "postnorm") == "lowest"
+    inside = {("postnorm", pt): abs(pt[0] - rates[1]) for pt in grid}
+    assert plan.sweep_edge(CPU, _records(inside), "postnorm") is None
+    assert plan.sweep_edge(CPU, {}, "postnorm") is None
+    partial = {k: v for k, v in falling.items() if k[1][0] != rates[-1]}  # the highest rate not run yet
+    assert plan.sweep_edge(CPU, _records(partial), "postnorm") is None
+    from study.report import sweep_section
+
+    text = "\n".join(sweep_section(CPU, _records(falling)))
+    assert f"highest peak rate ({rates[-1]:g}) for postnorm" in text
+
+
 def test_the_committed_report_marks_the_choice_the_records_make():
     """Section 5 of docs/fidelity.md (generated) against the rule recomputed here from the committed
     sweep records: each family's chosen point, and every finished cell's valid NLL."""
