@@ -21,8 +21,9 @@ Stages (docs/distill.md; each skipped when its output exists, each resumes when 
      (--student-init teacher; --student-init scratch: fairseq's initialisation);
   4. student training on the SKD data (fairseq-train; resumes from checkpoint_last.pt);
   5. student average (last --average checkpoints);
-  6. export to CTranslate2 (deepnmt-export-ct2, --quantization int8 by default);
-  7. report (WORK/report/report.{md,json}): teacher sacreBLEU with fairseq-generate, student
+  6. export to CTranslate2 (deepnmt-export-ct2, --quantization int8 by default; WORK/ct2-int8, with
+     --vmap the vocabulary shortlist in WORK/ct2-int8-vmap);
+  7. report (WORK/report/report.{md,json}; with --vmap WORK/report-vmap/): teacher sacreBLEU with fairseq-generate, student
      sacreBLEU with fairseq-generate and with deepnmt-translate, tokens/s of each batched and one
      sentence at a time in the same run, parameters and size on disk.
 
@@ -103,7 +104,9 @@ def build_parser():
                    help="export the student with a vocabulary shortlist built from --data's training pairs "
                         "(deepnmt-export-ct2 --vmap, into ct2-<quantization>-vmap; CTranslate2's use_vmap) and serve "
                         "the report with it: each output step scores only the target tokens the sentence's source "
-                        "allows (docs/deployment.md; the report's two student rows give its BLEU cost)")
+                        "allows (docs/deployment.md). Not a setting of the work directory: the same student is "
+                        "reported with and without it side by side; its BLEU cost is report-vmap's served "
+                        "sacreBLEU against report's")
     seg = g.add_mutually_exclusive_group()
     seg.add_argument("--bpe-codes", help="subword-nmt codes of --data (default: found next to it)")
     seg.add_argument("--spm-model", help="sentencepiece model of --data")

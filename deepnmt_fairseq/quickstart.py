@@ -21,13 +21,15 @@ output is complete, an interrupted training resumes; nothing is overwritten):
      layer (--student 6-1; the teacher's depths: --student auto): SKD data from the
      averaged MSC teacher (beam 4, --skd-beam), the student started from the teacher's matching weights
      and trained on it with the same settings for twice the updates (--student-updates), exported int8
-     (deepnmt-export-ct2) and served by deepnmt-translate on the raw test set; its report
-     (work/distill/report/report.{md,json}) compares teacher and served student: sacreBLEU and
-     tokens/s, batched and one sentence at a time, in one run (docs/distill.md).  --deploy off
-     skips the step.
+     with the vocabulary shortlist (deepnmt-distill --vmap: work/quickstart/distill/ct2-int8-vmap; --no-vmap:
+     ct2-int8 without it) and served by deepnmt-translate on the raw test set; its report
+     (work/quickstart/distill/report-vmap/report.{md,json}; --no-vmap: report/) compares teacher and served
+     student: sacreBLEU and tokens/s, batched and one sentence at a time, by the shortened speed protocol
+     (docs/distill.md).  --deploy off skips the step.
 
-A re-run with the same settings only prints the results; a re-run with other
-settings refuses to touch the existing work directory (use a new --work-dir).
+A re-run with the same settings only prints the results (a work directory whose step 7 ran without
+the shortlist, before it was the default, gets the shortlist's export and report: nothing retrained);
+a re-run with other settings refuses to touch the existing work directory (use a new --work-dir).
 """
 
 from __future__ import annotations
@@ -267,7 +269,9 @@ def deploy_line(rep: dict) -> str:
         short = (f" (shortened speed protocol: {rounds} of >= {protocol['min_seconds']:g} s)"
                  if protocol["repeats"] < 5 or protocol["min_seconds"] < 10 else
                  " (some timed runs held less work than asked: not the protocol's claim)")
-    return (f"served student (MSC teacher distilled by deepnmt-distill, CTranslate2 {rep['sizes']['served']['quantization']}): "
+    shortlist = " with the vocabulary shortlist" if rep["sizes"]["served"].get("shortlist") else ""
+    return (f"served student (MSC teacher distilled by deepnmt-distill, CTranslate2 {rep['sizes']['served']['quantization']}"
+            f"{shortlist}): "
             f"sacreBLEU {c['sacrebleu']} (teacher {t['sacrebleu']}, student with fairseq-generate {f['sacrebleu']}); "
             f"{c['batched']['tokens_per_s']:.0f} tok/s batched, {c['single']['tokens_per_s']:.0f} one sentence at a time "
             f"= {speed_claim(sm, 'batched')} batched / {speed_claim(sm, 'single')} one sentence at a time the teacher's "
@@ -315,10 +319,12 @@ def reference_minutes(kernels: str) -> Tuple[float, str]:
     runs, times = time_runs(), measured_times()
     ref = times.get(kernels, times.get("AVX2") or next(iter(times.values())))
     if ref["version"] == QUICKSTART_VERSION:
-        return _raw_minutes(ref), f"measured {ref['date']} on this version"
+        return _raw_minutes(ref), f"measured {ref['date']} on this version, {ref['kernels'].replace('512', '-512')}"
     for other in sorted({r["kernels"] for r in runs}):
-        new = [r for r in runs if r["kernels"] == other and r["version"] == QUICKSTART_VERSION]
-        old = [r for r in runs if r["kernels"] == other and r["version"] == ref["version"]]
+        new = sorted((r for r in runs if r["kernels"] == other and r["version"] == QUICKSTART_VERSION),
+                     key=lambda r: r["date"])
+        old = sorted((r for r in runs if r["kernels"] == other and r["version"] == ref["version"]),
+                     key=lambda r: r["date"])
         if new and old:
             ratio = _raw_minutes(new[-1]) / _raw_minutes(old[-1])
             return (_raw_minutes(ref) * ratio,
@@ -355,10 +361,17 @@ def write_time_record(work: Path, a, seconds: float, complete: bool) -> Optional
         return None
     from .machine import cores, cpu_kernels, cpu_model
 
-    setup = int(os.environ.get("DEEPNMT_SETUP_SECONDS") or 0)
+    try:
+        setup = max(0, int(os.environ.get("DEEPNMT_SETUP_SECONDS") or 0))
+    except ValueError:  # not a number: no set-up time, rather than a crash at the end of the run
+        setup = 0
     entry = {"kernels": cpu_kernels(), "cpu": cpu_model(), "date": time.strftime("%Y-%m-%d"),
              "seconds": round(seconds) + setup, "cores": cores(), "setup_seconds": setup,
-             "options": {"train_pairs": a.train_pairs, "max_update": a.max_update, "deploy": a.deploy},
+             # every option that moves the time: an entry of other options is not the defaults' estimate
+             "options": {"train_pairs": a.train_pairs, "max_update": a.max_update, "deploy": a.deploy,
+                         "vmap": a.vmap, "student": a.student, "skd_beam": a.skd_beam,
+                         "student_updates": a.student_updates, "speed_repeats": a.speed_repeats,
+                         "speed_min_seconds": a.speed_min_seconds, "single_sentences": a.single_sentences},
              "version": QUICKSTART_VERSION, "quickstart": VERSION_WORDS[QUICKSTART_VERSION],
              "source": f"{work}/quickstart-time.json"}
     path = work / "quickstart-time.json"
@@ -396,7 +409,8 @@ def main(argv=None) -> int:
                         "800 updates leave the served student 1.69 sacreBLEU below the teacher, 1600 0.58)")
     p.add_argument("--student", default="6-1", metavar="NAME",
                    help="step 7: the student's shape, a deepnmt-distill --student name (6-1: six encoder layers and "
-                        "one decoder layer, the shape that reaches 10x the teacher's speed; auto: the teacher's "
+                        "one decoder layer, the shape that reaches 10x the teacher's speed with the shortlist; "
+                        "auto: the teacher's "
                         "depths, 6-3; 12-1, desdar: one decoder layer; docs/distill.md)")
     p.add_argument("--skd-beam", type=int, default=4,
                    help="step 7: beam of the teacher's translations of the training set (GPKD's 4; 1 = greedy, "
@@ -415,7 +429,7 @@ def main(argv=None) -> int:
                         "not the full protocol's; docs/distill.md)")
     p.add_argument("--no-vmap", dest="vmap", action="store_false",
                    help="step 7: serve the student without the vocabulary shortlist (deepnmt-distill --vmap, on by "
-                        "default: measured, it costs about 0.15 sacreBLEU and buys about 1.2x batched, 1.5x one "
+                        "default: measured, it costs about 0.15 sacreBLEU and buys about 1.2x batched, 1.6x one "
                         "sentence at a time; docs/distill.md)")
     a = p.parse_args(argv)
     if a.train_pairs is not None and a.train_pairs < 1:
@@ -461,6 +475,10 @@ def main(argv=None) -> int:
     print(deployment_note(model, bin_dir))
     if a.deploy == "on" or (a.deploy == "auto" and importlib.util.find_spec("ctranslate2") is not None):
         step7 = deploy_stage(work, bin_dir, model, a)
+        plain = work / "distill" / "report" / "report.json"
+        if a.vmap and plain.exists() and not step7.output.exists():
+            log(f"step 7 serves the student with the vocabulary shortlist since issue 78: its export and report are "
+                f"made now (nothing is retrained); the report without it stays in {plain.parent} (--no-vmap)")
         runner.run([step7])
         print(deploy_line(json.loads(step7.output.read_text())))
         print(f"report:       {step7_report(work, a) / 'report.md'}")

@@ -374,11 +374,13 @@ def sweep_choice(p: Preset, results: Dict[str, dict], fam: str) -> Optional[Tupl
 def sweep_edge(p: Preset, results: Dict[str, dict], fam: str) -> Optional[str]:
     """Whether the family's best finished point lies on the grid's edge of peak rates: ``"highest"`` or
     ``"lowest"`` when its lowest valid NLL so far is at the grid's highest or lowest rate (and the grid
-    has more than one), else None.  The rule chooses only inside the grid; an edge says that the
-    optimum may lie beyond it, a rate the grid did not try (issue 77 asks for the grid, not past it)."""
+    has more than one), else None; only once at least two rates have a finished, finite point (one
+    point alone is no trend; a diverged point is not a best).  The rule chooses only inside the grid;
+    an edge says that the optimum may lie beyond it, a rate the grid did not try (issue 77 asks for
+    the grid, not past it)."""
     row = {pt: v for pt, v in sweep_table(p, results).get(fam, {}).items() if v is not None and math.isfinite(v)}
     rates = sorted({lr for lr, _ in p.sweep_grid})
-    if not row or len(rates) < 2:
+    if len({lr for lr, _ in row}) < 2:
         return None
     best = min(p.sweep_grid, key=lambda pt: row.get(pt, math.inf))[0]
     return "highest" if best == rates[-1] else "lowest" if best == rates[0] else None

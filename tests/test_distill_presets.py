@@ -89,3 +89,39 @@ def test_no_report_stops_after_the_export(data_bin, tmp_path, capsys):
                                if ln[:1].isdigit()]
     assert stages[True][-1] == "export" and "report" not in stages[True]
     assert stages[False] == stages[True] + ["report"]
+
+
+def test_vmap_exports_and_reports_into_their_own_directories_without_tying_the_work_dir(data_bin, tmp_path, capsys):
+    """--vmap (issue 78): the export gets deepnmt-export-ct2 --vmap and ct2-int8-vmap/, the report
+    report-vmap/; without it the plain directories; and it is not a setting of the work directory
+    (the same student is served with and without the shortlist)."""
+    from fairseq.data import Dictionary
+
+    from deepnmt_fairseq.distill import command
+    from deepnmt_fairseq.distill.plan import build_student
+
+    vocab = len(Dictionary.load(str(data_bin / "dict.tgt.txt")))
+    model, args = build_student("deepnmt_transformer", [*TINY, "--encoder-layers", "2", "--decoder-layers", "1"], vocab)
+    args.arch = "deepnmt_transformer"
+    teacher = tmp_path / "teacher.pt"
+    torch.save({"cfg": {"model": args, "task": {"data": str(data_bin)}}, "model": model.state_dict()}, teacher)
+    (tmp_path / "src").write_text("a\n")
+    work = tmp_path / "w"
+    lines = {}
+    for extra in ([], ["--vmap"]):
+        p = cli.build_parser()
+        a = p.parse_args(["--teacher", str(teacher), "--data", str(data_bin), "--work-dir", str(work),
+                          "--test-source", str(tmp_path / "src"), "--test-reference", str(tmp_path / "src"),
+                          "--cpu", "--dry-run", *extra])
+        assert not cli.apply_student_preset(p, a)
+        assert command.run(a) == 0
+        lines[bool(extra)] = {ln.split(":")[0].split(". ", 1)[1]: ln for ln in capsys.readouterr().out.splitlines()
+                              if ln[:1].isdigit()}
+    plain, short = lines[False], lines[True]
+    assert f"{work / 'ct2-int8-vmap'} " in short["export"] and short["export"].rstrip().endswith("--vmap --force")
+    assert f"{work / 'ct2-int8'} " in plain["export"] and "--vmap" not in plain["export"]
+    assert {k: v for k, v in short.items() if k not in ("export", "report")} == \
+        {k: v for k, v in plain.items() if k not in ("export", "report")}  # the same student
+    assert command.report_name(True) == "report-vmap" and command.report_name(False) == "report"
+    assert a.vmap and "vmap" not in command.work_dir_settings(vars(a))  # the last command's, with --vmap
+    assert command.work_dir_settings({**vars(a), "vmap": False}) == command.work_dir_settings(vars(a))

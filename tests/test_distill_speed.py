@@ -209,7 +209,7 @@ def test_quickstart_line_states_the_claims_with_the_medians():
     assert ("= ≥9.2x (median 10.1x, 95% CI 9.2-11.0) batched / ≥22.05x (median 24.4x, 95% CI 22.05-25.3) one "
             "sentence at a time the teacher's fairseq-generate") in line
     assert "(shortened speed protocol: 5 rounds of >= 2 s)" in line
-    # a record measured before the protocol (the committed step-7 one) still reads, as its ratios
+    # a record measured before the protocol (the first 6-1 step-7 record) still reads, as its ratios
     old = json.loads((REPO / "benchmarks/results/distill-step7/quickstart-6-1-idle/report.json").read_text())
     assert "= 13.73x batched / 24.39x one sentence at a time" in deploy_line(old)
 

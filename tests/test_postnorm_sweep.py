@@ -105,12 +105,18 @@ def test_a_best_point_on_the_grids_edge_of_rates_is_flagged():
     inside = {("postnorm", pt): abs(pt[0] - rates[1]) for pt in grid}
     assert plan.sweep_edge(CPU, _records(inside), "postnorm") is None
     assert plan.sweep_edge(CPU, {}, "postnorm") is None
+    one = {k: v for k, v in falling.items() if k[1][0] == rates[-1]}  # one rate finished: no trend yet
+    assert plan.sweep_edge(CPU, _records(one), "postnorm") is None
+    diverged = {**falling, **{("postnorm", pt): None for pt in grid if pt[0] == rates[-1]}}  # None: diverged
+    assert plan.sweep_edge(CPU, _records(diverged), "postnorm") is None  # the edge rate diverged: not a best
     partial = {k: v for k, v in falling.items() if k[1][0] != rates[-1]}  # the highest rate not run yet
     assert plan.sweep_edge(CPU, _records(partial), "postnorm") is None
     from study.report import sweep_section
 
     text = "\n".join(sweep_section(CPU, _records(falling)))
     assert f"highest peak rate ({rates[-1]:g}) for postnorm" in text
+    text = "\n".join(sweep_section(CPU, _records(rising)))
+    assert f"lowest peak rate ({rates[0]:g}) for postnorm" in text
 
 
 def test_the_committed_report_marks_the_choice_the_records_make():

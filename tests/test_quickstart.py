@@ -189,11 +189,15 @@ def test_the_time_record_holds_the_set_up_that_quickstart_sh_measured(tmp_path, 
 
     from deepnmt_fairseq import quickstart as qs
 
-    a = argparse.Namespace(train_pairs=None, max_update=800, deploy="auto")
+    a = argparse.Namespace(train_pairs=None, max_update=800, deploy="auto", vmap=True, student="6-1", skd_beam=4,
+                           student_updates=None, speed_repeats=5, speed_min_seconds=2.0, single_sentences=100)
     monkeypatch.setenv("DEEPNMT_SETUP_SECONDS", "59")
     entry = json.loads(qs.write_time_record(tmp_path, a, 1800.4, complete=True).read_text())
     assert (entry["seconds"], entry["setup_seconds"], entry["version"]) == (1859, 59, qs.QUICKSTART_VERSION)
     assert qs._minutes(entry) == 30 and entry["kernels"]
+    assert entry["options"]["vmap"] is True and entry["options"]["student"] == "6-1"  # what moves the time
+    monkeypatch.setenv("DEEPNMT_SETUP_SECONDS", "n/a")  # not a number: no set-up, no crash after the run
+    assert json.loads(qs.write_time_record(tmp_path, a, 60, complete=True).read_text())["setup_seconds"] == 0
     assert qs.write_time_record(tmp_path / "other", a, 10, complete=False) is None
     assert "DEEPNMT_SETUP_SECONDS=$((SECONDS - setup_start))" in (REPO / "scripts" / "quickstart.sh").read_text()
 

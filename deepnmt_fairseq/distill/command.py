@@ -20,6 +20,21 @@ def report_name(shortlist: bool) -> str:
     return "report-vmap" if shortlist else "report"
 
 
+def work_dir_settings(args: dict) -> dict:
+    """The options that tie a work directory (``WORK/settings.json``): what decides the outputs. Not the
+    device (a run moved between a GPU and a CPU node may resume), the speed protocol's options, nor
+    --vmap (its export and report have their own directories: one student served with and without it)."""
+    settings = {k: v for k, v in args.items() if k not in ("work_dir", "cpu", "dry_run", "student_depth_cap",
+                                                           "no_speed_search", "no_report", "speed_repeats",
+                                                           "speed_min_seconds", "speed_cores", "vmap")}
+    if settings.get("student") == "auto":  # the default shape: work directories made before --student existed
+        del settings["student"]
+    for k in ("teacher", "data", "test_source", "test_reference", "bpe_codes", "spm_model"):
+        if settings.get(k):  # the same files, whichever directory the command is run from
+            settings[k] = str(Path(settings[k]).resolve())
+    return settings
+
+
 def run(a) -> int:
     """``deepnmt-distill`` (arguments: :mod:`deepnmt_cli.distill`)."""
     argv = vars(a).pop("argv", None)  # the command line, for the report (not a setting)
@@ -75,7 +90,7 @@ def run(a) -> int:
         print(f"deepnmt-distill: error: {err}", file=sys.stderr)
         return 2
     export_args = ((["--bpe-codes", a.bpe_codes] if a.bpe_codes else [])
-                   + (["--spm-model", a.spm_model] if a.spm_model else []) + (["--vmap"] if a.vmap else []))
+                   + (["--spm-model", a.spm_model] if a.spm_model else []))
     c = DistillConfig(work=work, data=Path(a.data).resolve(), teacher_row=row,
                       teacher=Path(a.teacher).resolve() if a.teacher else None, average=a.average,
                       student_init=a.student_init, student_arch=a.student_arch,
@@ -111,17 +126,7 @@ def run(a) -> int:
         for i, st in enumerate(stages, 1):
             print(f"{i}. {st.name}{' (done)' if st.is_done() else ''}: {st.command_line()}")
         return 0
-    # what decides the outputs; not the device (a run moved between a GPU and a CPU node may resume), nor
-    # --vmap (its export and report have their own directories: one student served with and without it)
-    settings = {k: v for k, v in vars(a).items() if k not in ("work_dir", "cpu", "dry_run", "student_depth_cap",
-                                                                "no_speed_search", "no_report", "speed_repeats",
-                                                                "speed_min_seconds", "speed_cores", "vmap")}
-    if settings.get("student") == "auto":  # the default shape: work directories made before --student existed
-        del settings["student"]
-
-    for k in ("teacher", "data", "test_source", "test_reference", "bpe_codes", "spm_model"):
-        if settings.get(k):  # the same files, whichever directory the command is run from
-            settings[k] = str(Path(settings[k]).resolve())
+    settings = work_dir_settings(vars(a))
     try:
         for flag in ("test_source", "test_reference"):
             if not Path(getattr(a, flag)).is_file():

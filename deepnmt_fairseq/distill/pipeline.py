@@ -48,7 +48,7 @@ class DistillConfig:
     seed: int = 1
     skd_args: Sequence[str] = ()
     quantization: str = "int8"
-    #: the export carries a vocabulary shortlist (``export_args`` holds ``--vmap``): its own directory
+    #: the export carries a vocabulary shortlist (deepnmt-export-ct2 --vmap, added here): its own directory
     shortlist: bool = False
     export_args: Sequence[str] = ()
     cpu: bool = False
@@ -258,6 +258,7 @@ def plan_distillation(c: DistillConfig) -> DistillPlan:
         stages.append(avg)
     student_model = avg.output if avg is not None else averaged_path(s_dir, k)
     ct2 = work / f"ct2-{c.quantization}{'-vmap' if c.shortlist else ''}"
-    stages.append(export_stage(student_model, ct2, data, c.quantization, c.export_args))
+    stages.append(export_stage(student_model, ct2, data, c.quantization,
+                               [*c.export_args, *(["--vmap"] if c.shortlist else [])]))
     return DistillPlan(stages, Path(teacher_model), Path(student_model), ct2, init, (h_enc, h_dec), arch, flags, vocab,
                        notes)
