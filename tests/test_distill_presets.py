@@ -63,12 +63,10 @@ def test_the_plan_builds_the_presets_student(preset, enc, dec, data_bin, tmp_pat
         (str(enc), str(dec))
 
 
-def test_no_report_stops_after_the_export(data_bin, tmp_path, capsys):
-    """--no-report (students trained side by side, measured later one at a time): the plan ends with
-    the export; the same command without it adds the report stage and nothing else."""
+def _tiny_teacher(data_bin, tmp_path):
+    """A 2-1 deepnmt_transformer checkpoint on ``data_bin`` (and a one-line source file ``tmp_path/src``)."""
     from fairseq.data import Dictionary
 
-    from deepnmt_fairseq.distill import command
     from deepnmt_fairseq.distill.plan import build_student
 
     vocab = len(Dictionary.load(str(data_bin / "dict.tgt.txt")))
@@ -77,6 +75,15 @@ def test_no_report_stops_after_the_export(data_bin, tmp_path, capsys):
     teacher = tmp_path / "teacher.pt"
     torch.save({"cfg": {"model": args, "task": {"data": str(data_bin)}}, "model": model.state_dict()}, teacher)
     (tmp_path / "src").write_text("a\n")
+    return teacher
+
+
+def test_no_report_stops_after_the_export(data_bin, tmp_path, capsys):
+    """--no-report (students trained side by side, measured later one at a time): the plan ends with
+    the export; the same command without it adds the report stage and nothing else."""
+    from deepnmt_fairseq.distill import command
+
+    teacher = _tiny_teacher(data_bin, tmp_path)
     stages = {}
     for extra in (["--no-report"], []):
         p = cli.build_parser()
@@ -95,17 +102,9 @@ def test_vmap_exports_and_reports_into_their_own_directories_without_tying_the_w
     """--vmap (issue 78): the export gets deepnmt-export-ct2 --vmap and ct2-int8-vmap/, the report
     report-vmap/; without it the plain directories; and it is not a setting of the work directory
     (the same student is served with and without the shortlist)."""
-    from fairseq.data import Dictionary
-
     from deepnmt_fairseq.distill import command
-    from deepnmt_fairseq.distill.plan import build_student
 
-    vocab = len(Dictionary.load(str(data_bin / "dict.tgt.txt")))
-    model, args = build_student("deepnmt_transformer", [*TINY, "--encoder-layers", "2", "--decoder-layers", "1"], vocab)
-    args.arch = "deepnmt_transformer"
-    teacher = tmp_path / "teacher.pt"
-    torch.save({"cfg": {"model": args, "task": {"data": str(data_bin)}}, "model": model.state_dict()}, teacher)
-    (tmp_path / "src").write_text("a\n")
+    teacher = _tiny_teacher(data_bin, tmp_path)
     work = tmp_path / "w"
     lines = {}
     for extra in ([], ["--vmap"]):
