@@ -46,7 +46,7 @@ from typing import BinaryIO, Iterable, Iterator, List, Optional, TextIO, Union
 from . import METADATA, require_ctranslate2
 from .help_format import HelpFormatter
 from .text import TextPipeline, Tokenization
-from .vmap import VMAP_FILE
+from .vmap import VMAP_FILE, has_vmap as export_has_vmap
 
 logger = logging.getLogger("deepnmt_deploy")
 
@@ -94,7 +94,7 @@ class DeployedModel:
         self.model_dir = str(model_dir)
         self.meta = read_metadata(model_dir)
         # the vocabulary shortlist (deepnmt_deploy/vmap.py): on when the export has one, unless told off
-        has_vmap = (Path(model_dir) / VMAP_FILE).is_file()
+        has_vmap = export_has_vmap(model_dir)
         if use_vmap and not has_vmap:
             raise ValueError(f"{model_dir} has no vocabulary shortlist ({VMAP_FILE}): export it with "
                              f"deepnmt-export-ct2 --vmap")

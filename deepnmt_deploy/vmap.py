@@ -60,6 +60,12 @@ class VocabularyMap:
         return out
 
 
+def has_vmap(model_dir) -> bool:
+    """Whether an export carries a vocabulary shortlist (deepnmt-export-ct2 --vmap), which
+    deepnmt-translate then uses unless told not to."""
+    return (Path(model_dir) / VMAP_FILE).is_file()
+
+
 def lost_tokens(vmap: VocabularyMap, sources: Iterable[Sequence[str]],
                 hypotheses: Iterable[Sequence[str]]) -> Tuple[int, int, List[int]]:
     """``(lost, total, lines)``: the hypothesis tokens that the shortlist of their own source does not

@@ -69,6 +69,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from deepnmt_deploy import speed_protocol as protocol
+from deepnmt_deploy.vmap import has_vmap
 
 from ..jobs.decode import Search, generate, generate_command
 
@@ -213,14 +214,6 @@ def params_of(checkpoint: Path) -> int:
 
     state = load_checkpoint(str(checkpoint))["model"]
     return int(sum(v.numel() for k, v in state.items() if v.is_floating_point() and not k.endswith("_float_tensor")))
-
-
-def _has_shortlist(ct2) -> bool:
-    """Whether the export carries a vocabulary shortlist, which deepnmt-translate then uses
-    (deepnmt-export-ct2 --vmap; deepnmt_deploy/vmap.py)."""
-    from deepnmt_deploy.vmap import VMAP_FILE
-
-    return (Path(ct2) / VMAP_FILE).is_file()
 
 
 def disk_size(path: Path) -> int:
@@ -565,7 +558,7 @@ def build_report(r: ReportInputs, log: Callable[[str], None] = print) -> dict:
              "student": {"checkpoint": str(r.student), "parameters": params_of(r.student),
                          "bytes": disk_size(r.student)},
              "served": {"model": str(r.ct2), "quantization": meta.get("quantization"), "bytes": disk_size(r.ct2),
-                        "shortlist": _has_shortlist(r.ct2)}}
+                        "shortlist": has_vmap(r.ct2)}}
     loaded = [f"{name} ({kind})" for name, s in systems.items() for kind in ("batched", "single") if
               s[kind]["load"]["loaded"]]
     report = {"test": {"source": str(r.test_source), "reference": str(r.test_reference), "sentences": n,
