@@ -517,6 +517,31 @@ def superseded(p: Preset, results: Dict[str, dict]) -> Dict[str, str]:
     return out
 
 
+def current_system(p: Preset, results: Dict[str, dict], fam: str, n: int) -> str:
+    """The converged system the findings read for a family at a depth: ``retuned-<fam>-<n>`` once it
+    supersedes ``conv-<fam>-<n>`` (:func:`superseded`: every seed finished at the sweep's recipe),
+    the old ``conv-<fam>-<n>`` otherwise (an unchanged recipe, or retuned runs not finished)."""
+    conv = f"conv-{fam}-{n}"
+    return retuned_name(fam, n) if conv in superseded(p, results) else conv
+
+
+#: the comparisons of part 4 of issue 77, by kind: every converged call that involves a system of the
+#: post-norm column, recomputed once the column is retuned
+COLUMN_CALLS = ("rescue of post-norm", "against pre-norm", "depth trend")
+
+
+def postnorm_column_pairs(p: Preset) -> List[Tuple[str, str, int, str, int]]:
+    """(kind, family, depth, reference family, reference depth) of every converged comparison of
+    issue 77, part 4: each rescue (transparent post-norm, DeepNorm, Admin) against plain post-norm at
+    its depth, plain post-norm, DeepNorm and Admin against plain pre-norm at their depth (the papers'
+    claim that the rescue closes the gap to pre-norm), and each family of the column against itself at
+    the shallowest depth (the depth trend)."""
+    out = [("rescue of post-norm", fam, n, "postnorm", n) for n in p.depths for fam in POST_NORM_FAMILIES]
+    out += [("against pre-norm", fam, n, "prenorm", n) for n in p.depths for fam in ("postnorm", "deepnorm", "admin")]
+    out += [("depth trend", fam, n, fam, p.depths[0]) for fam in SWEEP_FAMILIES for n in p.depths[1:]]
+    return out
+
+
 def valid_interval(p: Preset) -> int:
     """Updates between two validations of an early-stopped run: fairseq-train validates at every
     checkpoint save (``save_every``), every ``--validate-interval-updates`` (``valid_every``) and at

@@ -15,7 +15,8 @@ from .plan import (CONVERGED_SEEDS, DD_KINDS, FAMILIES, POST_NORM_FAMILIES, RECO
                    converged_families, dd_choice, dd_depth, headline_pairs, partials, run_order, run_updates,
                    postnorm_point, prenorm_check_runs, stat, sweep_choice, sweep_depth, sweep_edge, sweep_table,
                    valid_interval, diag_runs, sweep_name, BIGBATCH, chosen_recipe, old_recipe,
-                   retuned_name, superseded, SWEEP_FAMILIES)
+                   retuned_name, superseded, SWEEP_FAMILIES, current_system,
+                   postnorm_column_pairs, COLUMN_CALLS)
 from .stats import ALPHA, BOOTSTRAP_SAMPLES, SEED_SAMPLES, decode_stats, paired_bootstrap, seed_bootstrap
 
 FINDINGS = Path(__file__).with_name("findings.md")
@@ -449,6 +450,8 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
         lines += sweep_section(p, results)
     if p.diag_updates:
         lines += diag_section(p, results)
+    if p.sweep_updates and p.converged_cap:
+        lines += column_calls_section(p, results)
 
     if made:
         changed = changed_calls(made)
@@ -546,6 +549,51 @@ def sweep_section(p, results: Dict[str, dict]) -> List[str]:
                                                              if f"conv-{fam}-{n}" in gone else "planned")
                              for n in p.depths)
         out.append(f"| {fam} | {what} | {runs} |")
+    return out + [""]
+
+
+def _side_status(p, results: Dict[str, dict], fam: str, n: int) -> Optional[str]:
+    """Why a side of a post-norm-column comparison has no new system yet, None when it has one (or
+    keeps its old one: pre-norm, or a family whose chosen recipe is the old one)."""
+    if fam not in SWEEP_FAMILIES:
+        return None
+    rec = chosen_recipe(p, results, fam)
+    if rec is None:
+        return f"{fam}'s sweep is not complete"
+    if rec == old_recipe(p) or current_system(p, results, fam, n) != f"conv-{fam}-{n}":
+        return None
+    done = sum(1 for r in results.values() if r.get("system") == retuned_name(fam, n) and not r.get("diverged"))
+    return f"{retuned_name(fam, n)} has {done} of {CONVERGED_SEEDS} seeds"
+
+
+def column_calls_section(p, results: Dict[str, dict]) -> List[str]:
+    """Section 5c (issue 77, part 4): every converged comparison that involves the post-norm column
+    (:func:`study.plan.postnorm_column_pairs`), called by the study's one rule (:func:`call`) on the old
+    systems (``conv-``, the old recipe) and on the current ones (:func:`study.plan.current_system`:
+    ``retuned-`` where it supersedes), side by side."""
+    systems = by_system(results)
+    old = old_recipe(p)
+    out = ["### 5c. The post-norm column's calls: old recipe and chosen recipe, side by side", "",
+           f"Every converged comparison that involves plain post-norm, DeepNorm, Admin or transparent post-norm "
+           f"(`study.plan.postnorm_column_pairs`), called by the study's one rule on the old systems (`conv-`, "
+           f"trained at {old[0]:g} / {old[1]} on Adam) and on the current ones (`retuned-` at the sweep's choice "
+           "where it has every seed; a family whose choice is the old recipe keeps its runs). Test BLEU.", "",
+           "| comparison | old call | new call |", "|---|---|---|"]
+
+    def cell(a: str, b: str) -> str:
+        if a not in systems or b not in systems:
+            return "not measured: " + ", ".join(_short(x) for x in (a, b) if x not in systems)
+        return _call_cell(call(a, systems[a], b, systems[b], close=p.close_bleu))
+
+    for kind in COLUMN_CALLS:
+        for k, fam, n, ref, rn in postnorm_column_pairs(p):
+            if k != kind:
+                continue
+            a_old, b_old = f"conv-{fam}-{n}", f"conv-{ref}-{rn}"
+            wait = [w for w in (_side_status(p, results, fam, n), _side_status(p, results, ref, rn)) if w]
+            new = ("waits: " + "; ".join(wait) if wait else
+                   cell(current_system(p, results, fam, n), current_system(p, results, ref, rn)))
+            out.append(f"| {kind}: {_short(a_old)} vs {_short(b_old)} | {cell(a_old, b_old)} | {new} |")
     return out + [""]
 
 
@@ -657,7 +705,7 @@ def family_of(name: str) -> Optional[str]:
     """The depth-study system (a key of FAMILIES) of a run or system name, None for the others."""
     import re
 
-    m = re.match(r"^(?:conv-)?(.+?)-\d+(?:-s\d+)?$", name)
+    m = re.match(r"^(?:conv-|retuned-)?(.+?)-\d+(?:-s\d+)?$", name)
     return m.group(1) if m and m.group(1) in FAMILIES else None
 
 
@@ -926,9 +974,10 @@ DISPLAY = {"postnorm": "post-norm", "prenorm": "pre-norm", "transparent-post": "
 
 
 def _short(system: str) -> str:
-    """conv-transparent-post-12 -> 'transparent (post-norm)-12'; other systems keep their name."""
+    """conv-transparent-post-12 -> 'transparent (post-norm)-12', retuned-admin-24 -> 'Admin-24 (retuned)'
+    (issue 77's runs at the sweep's recipe); other systems keep their name."""
     fam, n = family_of(system), system.rsplit("-", 1)[-1]
-    return f"{DISPLAY[fam]}-{n}" if fam else system
+    return f"{DISPLAY[fam]}-{n}" + (" (retuned)" if system.startswith("retuned-") else "") if fam else system
 
 
 def _call_cell(c: dict, with_delta: bool = True) -> str:
@@ -952,14 +1001,16 @@ def evidence_rows(results: Dict[str, dict], p) -> List[Tuple[str, int, List[dict
     at the shallowest depth (None there: it is the baseline)."""
     systems, rows = by_system(results), []
     for n in p.depths:
-        for fam in converged_families(p, n, results):
-            name = f"conv-{fam}-{n}"
+        fams = converged_families(p, n, results)
+        fams += [f for f in SWEEP_FAMILIES if f not in fams and retuned_name(f, n) in systems]
+        for fam in fams:
+            name = current_system(p, results, fam, n)  # retuned-<fam>-<n> once it supersedes (issue 77)
             if name not in systems:
                 continue
             if fam in ("prenorm", "postnorm"):
-                ref = None if n == p.depths[0] else f"conv-{fam}-{p.depths[0]}"
+                ref = None if n == p.depths[0] else current_system(p, results, fam, p.depths[0])
             else:
-                ref = f"conv-{'postnorm' if fam in POST_NORM_FAMILIES else 'prenorm'}-{n}"
+                ref = current_system(p, results, 'postnorm' if fam in POST_NORM_FAMILIES else 'prenorm', n)
             c = None if ref is None else call(name, systems[name], ref, systems.get(ref, []), close=p.close_bleu)
             rows.append((fam, n, systems[name], c))
     return rows
@@ -970,10 +1021,10 @@ def paper_sentences(results: Dict[str, dict], p) -> List[str]:
     systems = by_system(results)
     deep = [n for n in p.depths]
 
-    def labels(fam: str, ref_fam: str, prefix: str = "conv-", ref_depth: Optional[int] = None) -> str:
+    def labels(fam: str, ref_fam: str, ref_depth: Optional[int] = None) -> str:
         out = []
-        for n in deep:
-            a, b = f"{prefix}{fam}-{n}", f"{prefix}{ref_fam}-{ref_depth or n}"
+        for n in deep:  # the current converged systems: retuned ones where they supersede (issue 77)
+            a, b = current_system(p, results, fam, n), current_system(p, results, ref_fam, ref_depth or n)
             if a == b:
                 continue
             if a in systems and b in systems:

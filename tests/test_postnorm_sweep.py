@@ -286,3 +286,53 @@ def test_converged_runs_are_redone_at_the_chosen_recipe_where_it_changed_and_sup
                                             "seed": s, "valid_nll": 4.0, "diverged": False}
     gone = plan.superseded(CPU, res)
     assert list(gone) == ["conv-deepnorm-24"] and "0.001 / 1000" in gone["conv-deepnorm-24"]
+
+
+def _converged(system, bleus):
+    return {f"{system}-s{s}": {"name": f"{system}-s{s}", "system": system, "seed": s, "bleu": b,
+                               "valid_nll": 4.0, "diverged": False} for s, b in enumerate(bleus, 1)}
+
+
+def test_every_post_norm_column_call_is_recomputed_on_the_retuned_systems_beside_the_old_one():
+    """Issue 77 part 4: each comparison of the column (rescues, against pre-norm, depth trends) is called
+    on the old conv- systems and on the current ones side by side; a retuned system replaces its conv-
+    one only with every seed, a family whose choice is the old recipe keeps its runs, and the README's
+    evidence rows and paper sentences read the current systems."""
+    from study import report
+
+    grid = list(CPU.sweep_grid)
+    old = (CPU.postnorm_lr, CPU.postnorm_warmup)
+    vals = {(fam, pt): 5.0 for fam in plan.SWEEP_FAMILIES for pt in grid}
+    for fam in ("postnorm", "transparent-post", "admin"):
+        vals[(fam, old)] = 3.0  # post-norm and transparent keep the old recipe; Admin's is new (RAdam)
+    vals[("deepnorm", (1e-3, 1000))] = 3.0
+    res = _records(vals)
+    for n in CPU.depths:
+        res.update(_converged(f"conv-postnorm-{n}", [10.0, 10.2, 9.9]))
+        res.update(_converged(f"conv-prenorm-{n}", [20.0, 20.3, 19.8]))
+        res.update(_converged(f"conv-deepnorm-{n}", [10.1, 9.8, 10.0]))  # the old call: no difference
+        res.update(_converged(f"conv-transparent-post-{n}", [15.0, 15.2, 14.9]))
+        res.update(_converged(f"retuned-deepnorm-{n}", [19.0, 19.2, 18.9]))  # the new one: better
+    res.update(_converged("retuned-admin-6", [12.0]))  # one seed of three: waits
+    assert plan.current_system(CPU, res, "deepnorm", 24) == "retuned-deepnorm-24"
+    assert plan.current_system(CPU, res, "admin", 6) == "conv-admin-6"
+    assert plan.current_system(CPU, res, "postnorm", 24) == "conv-postnorm-24"
+
+    text = "\n".join(report.column_calls_section(CPU, res))
+    rows = {m.group(1): (m.group(2), m.group(3)) for m in re.finditer(r"^\| (.+?) \| (.+?) \| (.+?) \|$", text, re.M)}
+    kinds = {k for k, *_ in plan.postnorm_column_pairs(CPU)}
+    assert kinds == set(plan.COLUMN_CALLS) and len(rows) == len(plan.postnorm_column_pairs(CPU)) + 1  # + header
+    old_call, new_call = rows["rescue of post-norm: DeepNorm-24 vs post-norm-24"]
+    assert old_call.startswith("no difference from post-norm-24") and new_call.startswith("better than post-norm-24")
+    assert rows["against pre-norm: DeepNorm-12 vs pre-norm-12"][1].startswith("worse than pre-norm-12")
+    old_call, new_call = rows["rescue of post-norm: transparent (post-norm)-12 vs post-norm-12"]
+    assert old_call == new_call and old_call.startswith("better than post-norm-12")  # recipe unchanged
+    assert rows["rescue of post-norm: Admin-6 vs post-norm-6"] == (
+        "not measured: Admin-6", "waits: retuned-admin-6 has 1 of 3 seeds")
+    assert rows["depth trend: DeepNorm-24 vs DeepNorm-6"][1].startswith("no difference from DeepNorm-6 (retuned)")
+
+    rows = {(fam, n): c for fam, n, runs, c in report.evidence_rows(res, CPU)}
+    assert rows[("deepnorm", 24)]["a"] == "retuned-deepnorm-24" and rows[("deepnorm", 24)]["label"] == "better"
+    assert rows[("postnorm", 24)]["a"] == "conv-postnorm-24"
+    sentence = next(s for s in report.paper_sentences(res, CPU) if s.startswith("- **DeepNorm**"))
+    assert all(f"{n} layers: better" in sentence for n in CPU.depths), sentence
