@@ -361,14 +361,19 @@ def sweep_table(p: Preset, results: Dict[str, dict]) -> Dict[str, Dict[Tuple[flo
     return out
 
 
-def sweep_choice(p: Preset, results: Dict[str, dict], fam: str) -> Optional[Tuple[float, int]]:
+def sweep_choice(p: Preset, results: Dict[str, dict], fam: str,
+                 provisional: bool = False) -> Optional[Tuple[float, int]]:
     """The tuning rule (issue 77): the grid point with the lowest valid NLL after ``sweep_updates``
     updates (ties: the earlier point of the grid); None until every point of the family has finished.
-    Nothing of the test set is read (the sweep's runs are evaluated on valid only)."""
+    Nothing of the test set is read (the sweep's runs are evaluated on valid only).  ``provisional``:
+    the best of the points finished so far (None before the first), for the status line's forecast of
+    the runs that wait for the choice, never for a run or a call."""
     row = sweep_table(p, results).get(fam, {})
+    if provisional:
+        row = {pt: v for pt, v in row.items() if v is not None}
     if not row or any(v is None for v in row.values()):
         return None
-    return min(p.sweep_grid, key=lambda pt: row[pt])
+    return min((pt for pt in p.sweep_grid if pt in row), key=lambda pt: row[pt])
 
 
 def sweep_edge(p: Preset, results: Dict[str, dict], fam: str) -> Optional[str]:
@@ -391,25 +396,27 @@ def sweep_edge(p: Preset, results: Dict[str, dict], fam: str) -> Optional[str]:
 PRENORM_CHECK = ("prenorm", "msc")
 
 
-def postnorm_point(p: Preset, results: Dict[str, dict]) -> Optional[Tuple[float, int]]:
+def postnorm_point(p: Preset, results: Dict[str, dict], provisional: bool = False) -> Optional[Tuple[float, int]]:
     """The post-norm column's point for the pre-norm check: the grid point that most of
     SWEEP_FAMILIES chose (a tie: plain post-norm's choice, else the earliest family's among the tied);
     None until every family has chosen.  Our reading of the issue's "the post-norm family's best point"."""
-    choices = [sweep_choice(p, results, fam) for fam in SWEEP_FAMILIES]
+    choices = [sweep_choice(p, results, fam, provisional) for fam in SWEEP_FAMILIES]
     if not choices or any(c is None for c in choices):
         return None
     top = max(choices.count(c) for c in choices)
     return next(c for c in choices if choices.count(c) == top)
 
 
-def prenorm_check_runs(p: Preset, results: Optional[Dict[str, dict]] = None, own_only: bool = False) -> List[Run]:
+def prenorm_check_runs(p: Preset, results: Optional[Dict[str, dict]] = None, own_only: bool = False,
+                       provisional: bool = False) -> List[Run]:
     """Pre-norm and MSC at the middle depth, ``sweep_updates`` updates, seed 1, valid only: at their own
-    point (no dependency) and, once the sweep has chosen, at the post-norm column's (unless it is theirs)."""
+    point (no dependency) and, once the sweep has chosen, at the post-norm column's (unless it is theirs;
+    ``provisional``: :func:`sweep_choice`'s)."""
     if not p.sweep_updates:
         return []
     mid = p.depths[len(p.depths) // 2]
     points = [(p.lr, p.warmup)]
-    other = None if own_only else postnorm_point(p, results or {})
+    other = None if own_only else postnorm_point(p, results or {}, provisional)
     if other is not None and other != (p.lr, p.warmup):
         points.append(other)
     return [Run(sweep_name(fam, mid, lr, w), sweep_name(fam, mid, lr, w).rsplit("-s", 1)[0], 1,
@@ -468,11 +475,12 @@ def old_recipe(p: Preset) -> Tuple[float, int, str]:
             p.postnorm_warmup if p.postnorm_warmup is not None else p.warmup, "adam")
 
 
-def chosen_recipe(p: Preset, results: Dict[str, dict], fam: str) -> Optional[Tuple[float, int, str]]:
+def chosen_recipe(p: Preset, results: Dict[str, dict], fam: str,
+                  provisional: bool = False) -> Optional[Tuple[float, int, str]]:
     """A post-norm family's recipe by the sweep's rule: (peak lr, warm-up, optimizer); None before the
     family's grid is complete.  The 12- and 6-layer runs use the 24-layer choice (no grid is run at
     those depths: the issue's "unless a 12-layer grid is run too")."""
-    point = sweep_choice(p, results, fam)
+    point = sweep_choice(p, results, fam, provisional)
     return None if point is None else (point[0], point[1], SWEEP_OPTIMIZER.get(fam, "adam"))
 
 
@@ -480,7 +488,8 @@ def retuned_name(fam: str, depth: int) -> str:
     return f"retuned-{fam}-{depth}"  # the system; its runs are <system>-s<seed>
 
 
-def retuned_runs(p: Preset, seeds: Sequence[int], results: Optional[Dict[str, dict]] = None) -> List[Run]:
+def retuned_runs(p: Preset, seeds: Sequence[int], results: Optional[Dict[str, dict]] = None,
+                 provisional: bool = False) -> List[Run]:
     """The converged comparison again where the recipe changed: each post-norm family whose sweep
     choice differs from :func:`old_recipe` (Admin always: it now trains on RAdam) at every depth of the
     preset (Admin at the deepest too, which the first converged comparison left out), the converged
@@ -490,7 +499,7 @@ def retuned_runs(p: Preset, seeds: Sequence[int], results: Optional[Dict[str, di
         return []
     runs: List[Run] = []
     for fam in SWEEP_FAMILIES:
-        rec = chosen_recipe(p, results or {}, fam)
+        rec = chosen_recipe(p, results or {}, fam, provisional)
         if rec is None or rec == old_recipe(p):
             continue
         lr, warmup, opt = rec
@@ -515,6 +524,15 @@ def superseded(p: Preset, results: Dict[str, dict]) -> Dict[str, str]:
                                     f"{old_recipe(p)[0]:g} / {old_recipe(p)[1]} (chosen on test), the sweep "
                                     f"chose {lr:g} / {w} on {r.optimizer} (issue 77)")
     return out
+
+
+def waiting_runs(p: Preset, results: Dict[str, dict], now: Sequence[str]) -> List[Run]:
+    """The runs that wait for the sweep's choice and are not planned yet (issue 77, parts 2 and 3): the
+    pre-norm check at the column's point and the converged runs again where the recipe changed, as the
+    grid points finished so far would choose (``provisional``); ``now``: the names planned already.  The
+    status line's forecast only: what runs is what :func:`planned` holds once the grid is complete."""
+    later = prenorm_check_runs(p, results, provisional=True) + retuned_runs(p, [1], results, provisional=True)
+    return [r for r in later if r.name not in set(now) and r.name not in results]
 
 
 def current_system(p: Preset, results: Dict[str, dict], fam: str, n: int) -> str:

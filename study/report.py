@@ -16,7 +16,7 @@ from .plan import (CONVERGED_SEEDS, DD_KINDS, FAMILIES, POST_NORM_FAMILIES, RECO
                    postnorm_point, prenorm_check_runs, stat, sweep_choice, sweep_depth, sweep_edge, sweep_table,
                    valid_interval, diag_runs, sweep_name, BIGBATCH, chosen_recipe, old_recipe,
                    retuned_name, superseded, SWEEP_FAMILIES, current_system,
-                   postnorm_column_pairs, COLUMN_CALLS)
+                   postnorm_column_pairs, COLUMN_CALLS, waiting_runs)
 from .stats import ALPHA, BOOTSTRAP_SAMPLES, SEED_SAMPLES, decode_stats, paired_bootstrap, seed_bootstrap
 
 FINDINGS = Path(__file__).with_name("findings.md")
@@ -312,7 +312,7 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
                                  in enumerate(order_budget(p, missing, results), 1))
                      + ". A stopped run resumes from the checkpoints in its work directory only: where `work/` "
                      "does not outlive a session (a fresh checkout each time), start only what finishes before "
-                     "the session ends." if missing and hours else ""), ""]
+                     "the session ends." if missing and hours else "") + waiting_sentence(p, results, planned), ""]
     if p.name == "cpu":  # the hand-written findings (both presets) live in one report, the CPU one's
         lines += [FINDINGS.read_text().strip(), ""] if FINDINGS.exists() else []
     elif p.name != "tiny":
@@ -769,6 +769,38 @@ def remaining_hours(p, missing: List[str], results: Dict[str, dict]) -> float:
         points = updates // p.curve_every if n.startswith("conv-") and p.curve_every else 0
         total += per * updates + 60 + 40 * points
     return total / 3600
+
+
+def waiting_sentence(p, results: Dict[str, dict], planned: Sequence[str]) -> str:
+    """The status line's forecast of the runs that wait for the post-norm sweep's choice
+    (:func:`study.plan.waiting_runs`): how many, and their core-hours at the cap and, for the converged
+    ones, as long as the old runs of the same family and depth took (the patience rule stopped those)."""
+    wait = waiting_runs(p, results, planned) if p.sweep_updates else []
+    if not wait:
+        return ""
+    checks = [r.name for r in wait if not r.name.startswith("retuned-")]
+    conv = [r for r in wait if r.name.startswith("retuned-")]
+    parts = []
+    if checks:
+        point = postnorm_point(p, results, provisional=True)
+        parts.append(f"the pre-norm check at {point[0]:g} / {point[1]} ({', '.join(checks)}: ≤ "
+                     f"{remaining_hours(p, checks, results):.1f} core-hours)")
+    if conv:
+        like, guess = [], 0.0
+        for r in conv:
+            old = [x for x in results.values() if x.get("system") == f"conv-{r.system[len('retuned-'):]}"
+                   and x.get("train_seconds")]
+            if old:
+                guess += statistics.mean(x["train_seconds"] * _threads(x.get("machine") or {}) for x in old) / 3600
+                like.append(r.name)
+        fams = sorted({family_of(r.system) for r in conv}, key=SWEEP_FAMILIES.index)
+        parts.append(f"the converged runs again for {', '.join(DISPLAY[f] for f in fams)} ({len(conv)} runs at "
+                     f"{', '.join(sorted({f'{r.lr:g} / {r.warmup} on {r.optimizer}' for r in conv}))}: ≤ "
+                     f"{remaining_hours(p, [r.name for r in conv], results):.0f} core-hours at the cap"
+                     + (f"; about {guess:.0f} core-hours for the {len(like)} of them whose old runs stopped by the "
+                        "patience rule, if they stop as early" if like else "") + ")")
+    return (" Waiting for the sweep's choice, as the grid points finished so far would make it "
+            "(`study.plan.waiting_runs`; planned once the grid is complete): " + "; and ".join(parts) + ".")
 
 
 def _threads(machine: dict) -> int:

@@ -336,3 +336,39 @@ def test_every_post_norm_column_call_is_recomputed_on_the_retuned_systems_beside
     assert rows[("postnorm", 24)]["a"] == "conv-postnorm-24"
     sentence = next(s for s in report.paper_sentences(res, CPU) if s.startswith("- **DeepNorm**"))
     assert all(f"{n} layers: better" in sentence for n in CPU.depths), sentence
+
+
+def test_the_status_line_forecasts_the_runs_that_wait_for_the_sweeps_choice():
+    """Before the grid is complete nothing waiting is planned, but the status line says what the points
+    finished so far would add (the pre-norm check at the column's point, the converged runs again where
+    the recipe changed); once the grid is complete the runs are planned and the forecast is gone."""
+    from study import report
+
+    grid = list(CPU.sweep_grid)
+    old = (CPU.postnorm_lr, CPU.postnorm_warmup)
+    new = (1e-3, 1000)
+    vals = {(fam, pt): 5.0 for fam in plan.SWEEP_FAMILIES for pt in grid}
+    for fam in ("postnorm", "deepnorm", "admin", "transparent-post"):
+        vals[(fam, new if fam != "transparent-post" else old)] = 3.0
+    full = _records(vals)
+    res = {k: v for k, v in full.items() if "-w600-" not in k or "lr0.002" in k}  # the 600 row unfinished
+    res.update(_converged("conv-deepnorm-12", [10.0, 10.0, 10.0]))
+    for r in res.values():
+        r.setdefault("train_seconds", 3600.0)
+    assert all(plan.sweep_choice(CPU, res, f) is None for f in plan.SWEEP_FAMILIES)
+    assert plan.sweep_choice(CPU, res, "deepnorm", provisional=True) == new
+    now = plan.planned(CPU, [1, 2], results=res)
+    assert not any(n.startswith("retuned-") for n in now)
+    wait = plan.waiting_runs(CPU, res, now)
+    mid = CPU.depths[len(CPU.depths) // 2]
+    assert {r.name for r in wait if r.name.startswith("sweep-")} == {
+        plan.sweep_name(f, mid, *new) for f in plan.PRENORM_CHECK}
+    assert {r.system for r in wait if r.name.startswith("retuned-")} == {
+        plan.retuned_name(f, n) for f in ("postnorm", "deepnorm", "admin") for n in CPU.depths}
+    text = report.waiting_sentence(CPU, res, now)
+    assert f"the pre-norm check at {new[0]:g} / {new[1]}" in text and "27 runs" in text
+    assert "about 3 core-hours for the 3 of them whose old runs" in text  # conv-deepnorm-12: 1 h a seed
+    res = dict(full)
+    now = plan.planned(CPU, [1, 2], results=res)
+    assert plan.waiting_runs(CPU, res, now) == [] and report.waiting_sentence(CPU, res, now) == ""
+    assert {n for n in now if n.startswith("retuned-")} and plan.sweep_name("msc", mid, *new) in now
