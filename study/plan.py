@@ -554,9 +554,10 @@ def postnorm_column_pairs(p: Preset) -> List[Tuple[str, str, int, str, int]]:
     its depth, plain post-norm, DeepNorm and Admin against plain pre-norm at their depth (the papers'
     claim that the rescue closes the gap to pre-norm), and each family of the column against itself at
     the shallowest depth (the depth trend)."""
-    out = [("rescue of post-norm", fam, n, "postnorm", n) for n in p.depths for fam in POST_NORM_FAMILIES]
-    out += [("against pre-norm", fam, n, "prenorm", n) for n in p.depths for fam in ("postnorm", "deepnorm", "admin")]
-    out += [("depth trend", fam, n, fam, p.depths[0]) for fam in SWEEP_FAMILIES for n in p.depths[1:]]
+    rescue, against_prenorm, trend = COLUMN_CALLS
+    out = [(rescue, fam, n, "postnorm", n) for n in p.depths for fam in POST_NORM_FAMILIES]
+    out += [(against_prenorm, fam, n, "prenorm", n) for n in p.depths for fam in ("postnorm", "deepnorm", "admin")]
+    out += [(trend, fam, n, fam, p.depths[0]) for fam in SWEEP_FAMILIES for n in p.depths[1:]]
     return out
 
 

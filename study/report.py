@@ -16,7 +16,7 @@ from .plan import (CONVERGED_SEEDS, DD_KINDS, FAMILIES, POST_NORM_FAMILIES, RECO
                    postnorm_point, prenorm_check_runs, stat, sweep_choice, sweep_depth, sweep_edge, sweep_table,
                    valid_interval, diag_runs, sweep_name, BIGBATCH, chosen_recipe, old_recipe,
                    retuned_name, superseded, SWEEP_FAMILIES, current_system,
-                   postnorm_column_pairs, COLUMN_CALLS, waiting_runs)
+                   postnorm_column_pairs, waiting_runs)
 from .stats import ALPHA, BOOTSTRAP_SAMPLES, SEED_SAMPLES, decode_stats, paired_bootstrap, seed_bootstrap
 
 FINDINGS = Path(__file__).with_name("findings.md")
@@ -585,15 +585,12 @@ def column_calls_section(p, results: Dict[str, dict]) -> List[str]:
             return "not measured: " + ", ".join(_short(x) for x in (a, b) if x not in systems)
         return _call_cell(call(a, systems[a], b, systems[b], close=p.close_bleu))
 
-    for kind in COLUMN_CALLS:
-        for k, fam, n, ref, rn in postnorm_column_pairs(p):
-            if k != kind:
-                continue
-            a_old, b_old = f"conv-{fam}-{n}", f"conv-{ref}-{rn}"
-            wait = [w for w in (_side_status(p, results, fam, n), _side_status(p, results, ref, rn)) if w]
-            new = ("waits: " + "; ".join(wait) if wait else
-                   cell(current_system(p, results, fam, n), current_system(p, results, ref, rn)))
-            out.append(f"| {kind}: {_short(a_old)} vs {_short(b_old)} | {cell(a_old, b_old)} | {new} |")
+    for kind, fam, n, ref, rn in postnorm_column_pairs(p):  # in the order of COLUMN_CALLS
+        a_old, b_old = f"conv-{fam}-{n}", f"conv-{ref}-{rn}"
+        wait = [w for w in (_side_status(p, results, fam, n), _side_status(p, results, ref, rn)) if w]
+        new = ("waits: " + "; ".join(wait) if wait else
+               cell(current_system(p, results, fam, n), current_system(p, results, ref, rn)))
+        out.append(f"| {kind}: {_short(a_old)} vs {_short(b_old)} | {cell(a_old, b_old)} | {new} |")
     return out + [""]
 
 
