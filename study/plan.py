@@ -573,14 +573,18 @@ def run_order(p: Preset) -> List[Tuple[str, str]]:
     first), as (what, ``--runs`` pattern) of successive commands: the middle depth's converged comparison
     with one seed (every system's curve: whether the ranking moves with the budget), the matched-compute
     GPKD controls (a few hours, they settle section 3), the middle depth's other seeds (the calls), the
-    deepest converged comparison, then everything else."""
+    deepest converged comparison; then issue 77's: the post-norm sweep with the pre-norm check, the
+    converged runs at the chosen recipes (the deepest depth first, where the old calls said "fails"),
+    the diagnostics of the failures; then everything else."""
     mid, deep = p.depths[len(p.depths) // 2], p.depths[-1]
     return ([(f"the {mid}-layer converged comparison, seed 1", f"conv-*-{mid}-s1"),
              ("the matched-compute GPKD controls", "*-matched-s*")]
             + [(f"the {mid}-layer converged comparison, seed {s}", f"conv-*-{mid}-s{s}")
                for s in range(2, CONVERGED_SEEDS + 1)]
             + [(f"the {deep}-layer converged comparison", f"conv-*-{deep}-s*"),
-               ("everything else", "*")])
+               ("the post-norm sweep and the pre-norm check", "sweep-*")]
+            + [(f"the {n}-layer converged runs at the sweep's recipes", f"retuned-*-{n}-s*") for n in p.depths[::-1]]
+            + [("the diagnostics of the post-norm failures", "diag-*"), ("everything else", "*")])
 
 
 def run_updates(p: Preset, name: str) -> int:

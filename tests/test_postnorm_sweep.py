@@ -372,3 +372,26 @@ def test_the_status_line_forecasts_the_runs_that_wait_for_the_sweeps_choice():
     now = plan.planned(CPU, [1, 2], results=res)
     assert plan.waiting_runs(CPU, res, now) == [] and report.waiting_sentence(CPU, res, now) == ""
     assert {n for n in now if n.startswith("retuned-")} and plan.sweep_name("msc", mid, *new) in now
+
+
+def test_the_run_order_puts_the_sweep_then_the_deepest_retuned_runs_before_the_diagnostics():
+    import fnmatch
+
+    from study.report import order_budget
+
+    grid = list(CPU.sweep_grid)
+    res = _records({(fam, pt): 5.0 - (pt == (1e-3, 1000)) for fam in plan.SWEEP_FAMILIES for pt in grid})
+    names = [n for n in plan.planned(CPU, [1, 2], results=res) if n not in res]
+    steps = [(pat, n) for _, pat, n, _ in order_budget(CPU, names, res)]
+    first = {}
+    for name in names:  # the step that takes each run: the first whose pattern it matches
+        first[name] = next(i for i, (pat, _) in enumerate(steps) if fnmatch.fnmatchcase(name, pat))
+
+    def by_kind(prefix):
+        return {first[n] for n in names if n.startswith(prefix)}
+
+    retuned = max(by_kind("retuned-"))
+    deep = by_kind(f"retuned-postnorm-{CPU.depths[-1]}-")
+    shallow = by_kind(f"retuned-postnorm-{CPU.depths[0]}-")
+    assert max(by_kind("sweep-")) < min(deep) < min(shallow) <= retuned < min(by_kind("diag-"))
+    assert sum(n for _, n in steps) == len(names)
