@@ -286,10 +286,23 @@ def converged_seeds(seeds: Sequence[int]) -> List[int]:
     return sorted(set(seeds) | set(range(1, CONVERGED_SEEDS + 1)))
 
 
+def middle_depth(p: Preset) -> int:
+    """The preset's middle encoder depth (12 on the cpu preset): the converged comparison's first step,
+    the transparent variants' choice and the pre-norm check."""
+    return p.depths[len(p.depths) // 2]
+
+
+def postnorm_schedule(p: Preset) -> Tuple[float, int]:
+    """(peak lr, warm-up) of the preset's post-norm runs: ``postnorm_lr`` / ``postnorm_warmup`` where
+    set, else the preset's own."""
+    return (p.postnorm_lr if p.postnorm_lr is not None else p.lr,
+            p.postnorm_warmup if p.postnorm_warmup is not None else p.warmup)
+
+
 def best_transparent(p: Preset, results: Dict[str, dict]) -> Optional[str]:
     """The transparent variant (post- or pre-norm) with the lower mean valid NLL of the converged runs
     at the middle depth (valid only); None until both have finished every seed."""
-    mid = p.depths[len(p.depths) // 2] if len(p.depths) > 1 else p.depths[0]
+    mid = middle_depth(p)
     means = {}
     for fam in ("transparent-post", "transparent-pre"):
         vals = [r.get("valid_nll") for n, r in results.items() if r.get("system") == f"conv-{fam}-{mid}"]
@@ -357,8 +370,14 @@ def sweep_table(p: Preset, results: Dict[str, dict]) -> Dict[str, Dict[Tuple[flo
         row = out.setdefault(fam, {})
         for lr, w in p.sweep_grid:
             r = results.get(sweep_name(fam, n, lr, w))
-            row[(lr, w)] = None if r is None else (math.inf if r.get("diverged") else r.get("valid_nll"))
+            row[(lr, w)] = None if r is None else finite_nll(r)
     return out
+
+
+def finite_nll(record: dict) -> float:
+    """A record's valid NLL for a choice: inf where it diverged or has none (NaN included)."""
+    v = record.get("valid_nll")
+    return v if not record.get("diverged") and isinstance(v, (int, float)) and math.isfinite(v) else math.inf
 
 
 def sweep_choice(p: Preset, results: Dict[str, dict], fam: str,
@@ -367,13 +386,21 @@ def sweep_choice(p: Preset, results: Dict[str, dict], fam: str,
     updates (ties: the earlier point of the grid); None until every point of the family has finished.
     Nothing of the test set is read (the sweep's runs are evaluated on valid only).  ``provisional``:
     the best of the points finished so far (None before the first), for the status line's forecast of
-    the runs that wait for the choice, never for a run or a call."""
+    the runs that wait for the choice, never for a run or a call.  A family that diverged or has no
+    valid NLL at every point chooses nothing (:func:`sweep_failed`)."""
     row = sweep_table(p, results).get(fam, {})
     if provisional:
         row = {pt: v for pt, v in row.items() if v is not None}
-    if not row or any(v is None for v in row.values()):
+    if not row or any(v is None for v in row.values()) or not any(math.isfinite(v) for v in row.values()):
         return None
     return min((pt for pt in p.sweep_grid if pt in row), key=lambda pt: row[pt])
+
+
+def sweep_failed(p: Preset, results: Dict[str, dict], fam: str) -> bool:
+    """True when the family's grid is complete and no point of it has a finite valid NLL: a finding
+    (the family fails at every point of the grid), not a recipe."""
+    row = sweep_table(p, results).get(fam, {})
+    return bool(row) and all(v is not None and not math.isfinite(v) for v in row.values())
 
 
 def sweep_edge(p: Preset, results: Dict[str, dict], fam: str) -> Optional[str]:
@@ -401,7 +428,10 @@ def postnorm_point(p: Preset, results: Dict[str, dict], provisional: bool = Fals
     SWEEP_FAMILIES chose (a tie: plain post-norm's choice, else the earliest family's among the tied);
     None until every family has chosen.  Our reading of the issue's "the post-norm family's best point"."""
     choices = [sweep_choice(p, results, fam, provisional) for fam in SWEEP_FAMILIES]
-    if not choices or any(c is None for c in choices):
+    if not provisional and any(c is None and not sweep_failed(p, results, fam) for c, fam in zip(choices, SWEEP_FAMILIES)):
+        return None  # a family has not chosen yet (one that failed everywhere chooses nothing)
+    choices = [c for c in choices if c is not None]
+    if not choices:
         return None
     top = max(choices.count(c) for c in choices)
     return next(c for c in choices if choices.count(c) == top)
@@ -414,7 +444,7 @@ def prenorm_check_runs(p: Preset, results: Optional[Dict[str, dict]] = None, own
     ``provisional``: :func:`sweep_choice`'s)."""
     if not p.sweep_updates:
         return []
-    mid = p.depths[len(p.depths) // 2]
+    mid = middle_depth(p)
     points = [(p.lr, p.warmup)]
     other = None if own_only else postnorm_point(p, results or {}, provisional)
     if other is not None and other != (p.lr, p.warmup):
@@ -425,15 +455,31 @@ def prenorm_check_runs(p: Preset, results: Optional[Dict[str, dict]] = None, own
             for lr, w in points for fam in PRENORM_CHECK]
 
 
+def prenorm_check_verdict(p: Preset, results: Dict[str, dict]) -> Dict[str, str]:
+    """{pre-norm family: "own" or "other"} once both of its check runs have finished: "other" when the
+    post-norm column's point has the lower valid NLL (issue 77, part 2: then the pre-norm families get
+    the grid too); a tie keeps the family's own point."""
+    runs = prenorm_check_runs(p, results)
+    out = {}
+    for fam in PRENORM_CHECK:
+        own = [r for r in runs if (r.lr, r.warmup) == (p.lr, p.warmup) and f"-{fam}-" in r.name]
+        other = [r for r in runs if (r.lr, r.warmup) != (p.lr, p.warmup) and f"-{fam}-" in r.name]
+        if own and other and all(r.name in results for r in own + other):
+            out[fam] = "other" if finite_nll(results[other[0].name]) < finite_nll(results[own[0].name]) else "own"
+    return out
+
+
 # ------------------------------------------------------- why a post-norm family fails (issue 77, part 4)
 #: the two recipes of the diagnostic runs: the study's old post-norm point and the one where DeepNorm-24
 #: left the plateau in the sweep while post-norm-24 did not (valid NLL 4.715 vs 6.026 at 2000 updates)
 DIAG_POINTS = ((2e-3, 600), (1e-3, 1000))
 DIAG_FAMILIES = ("postnorm", "deepnorm", "admin")
 DIAG_REFERENCE = ("prenorm",)  # at the preset's own (pre-norm) point: a stack that trains
-#: the large-batch run: the family and point (Admin at the sweep's 1e-3 / 1000, where its 2K-token run
-#: stayed near the plateau: valid NLL 6.10 at 1800 updates)
-BIGBATCH = ("admin", 1e-3, 1000)
+#: the large-batch run: the family and point (Admin at the study's old point 2e-3 / 600, where its 2K-token
+#: sweep run stayed on the plateau: valid NLL 5.830 at 2000 updates; with warm-up 600 its ``diag_updates``
+#: updates go 400 past the peak rate, where the failing and working runs parted; a 1000 warm-up would end
+#: the run at the peak)
+BIGBATCH = ("admin", 2e-3, 600)
 
 
 def diag_name(fam: str, depth: int, lr: float, warmup: int) -> str:
@@ -471,8 +517,7 @@ def diag_runs(p: Preset) -> List[Run]:
 # ------------------------------------------------------ the converged runs again (issue 77, part 3)
 def old_recipe(p: Preset) -> Tuple[float, int, str]:
     """What every converged post-norm run of the study used: the preset's post-norm point on Adam."""
-    return (p.postnorm_lr if p.postnorm_lr is not None else p.lr,
-            p.postnorm_warmup if p.postnorm_warmup is not None else p.warmup, "adam")
+    return (*postnorm_schedule(p), "adam")
 
 
 def chosen_recipe(p: Preset, results: Dict[str, dict], fam: str,
@@ -511,19 +556,65 @@ def retuned_runs(p: Preset, seeds: Sequence[int], results: Optional[Dict[str, di
     return runs
 
 
+def record_recipe(record: dict) -> Optional[Tuple[float, int, str]]:
+    """(peak lr, warm-up, optimizer) of a record's training command; None where it has no command."""
+    import shlex
+
+    cmd = shlex.split(record.get("command") or "")
+    try:
+        return (float(cmd[cmd.index("--lr") + 1]), int(cmd[cmd.index("--warmup-updates") + 1]),
+                cmd[cmd.index("--optimizer") + 1])
+    except (ValueError, IndexError):
+        return None
+
+
+def retuned_records(p: Preset, results: Dict[str, dict], fam: str, n: int) -> List[dict]:
+    """The records of ``retuned-<fam>-<n>`` trained at the family's chosen recipe (a record of another
+    recipe, from before a grid or a choice changed, is not one of them); diverged seeds included: a
+    seed that diverged at the chosen recipe is a result, not a missing run."""
+    rec = chosen_recipe(p, results, fam)
+    return [x for x in results.values() if x.get("system") == retuned_name(fam, n)
+            and rec is not None and record_recipe(x) == rec]
+
+
 def superseded(p: Preset, results: Dict[str, dict]) -> Dict[str, str]:
-    """{old converged system: the reason} for every ``conv-<fam>-<n>`` whose retuned system has
-    finished every seed."""
+    """{old converged system: the reason} for every ``conv-<fam>-<n>`` whose retuned system has a
+    record of every seed at the chosen recipe (:func:`retuned_records`)."""
     out = {}
+    old = old_recipe(p)
     for r in retuned_runs(p, [1], results):
-        fam_n = r.system[len("retuned-"):]
-        done = [x for x in results.values() if x.get("system") == r.system and not x.get("diverged")]
-        if len(done) >= CONVERGED_SEEDS and f"conv-{fam_n}" not in out:
-            lr, w = r.lr, r.warmup
-            out[f"conv-{fam_n}"] = (f"superseded by {r.system}: trained at the post-norm default "
-                                    f"{old_recipe(p)[0]:g} / {old_recipe(p)[1]} (chosen on test), the sweep "
-                                    f"chose {lr:g} / {w} on {r.optimizer} (issue 77)")
+        fam, n = r.system[len("retuned-"):].rsplit("-", 1)
+        if len(retuned_records(p, results, fam, int(n))) >= CONVERGED_SEEDS:
+            out[f"conv-{fam}-{n}"] = (f"superseded by {r.system}: trained at the post-norm default {old[0]:g} / "
+                                      f"{old[1]} on Adam (chosen on test), the sweep chose {r.lr:g} / {r.warmup} "
+                                      f"on {r.optimizer} (issue 77)")
     return out
+
+
+def side_wait(p: Preset, results: Dict[str, dict], fam: str, n: int) -> Optional[str]:
+    """Why a family at a depth has no current converged system yet (None when it has one: a family
+    outside the post-norm column, one whose chosen recipe is the old one, or a retuned system with
+    every seed)."""
+    if fam not in SWEEP_FAMILIES:
+        return None
+    rec = chosen_recipe(p, results, fam)
+    if rec is None:
+        return (f"{fam} failed at every point of the grid" if sweep_failed(p, results, fam)
+                else f"{fam}'s sweep is not complete")
+    if rec == old_recipe(p) or current_system(p, results, fam, n) != f"conv-{fam}-{n}":
+        return None
+    return f"{retuned_name(fam, n)} has {len(retuned_records(p, results, fam, n))} of {CONVERGED_SEEDS} seeds"
+
+
+def column_sides(p: Preset, results: Dict[str, dict], fam: str, n: int, ref: str, rn: int
+                 ) -> Tuple[Optional[Tuple[str, str]], List[str]]:
+    """The current systems of a comparison ((system, reference), []), or (None, why it waits): a
+    comparison is made on the new recipes only when both of its sides have their current system, never
+    a retuned system against an old one still waiting for its rerun."""
+    why = list(dict.fromkeys(w for w in (side_wait(p, results, fam, n), side_wait(p, results, ref, rn)) if w))
+    if why:
+        return None, why
+    return (current_system(p, results, fam, n), current_system(p, results, ref, rn)), []
 
 
 def waiting_runs(p: Preset, results: Dict[str, dict], now: Sequence[str]) -> List[Run]:
@@ -576,7 +667,7 @@ def run_order(p: Preset) -> List[Tuple[str, str]]:
     deepest converged comparison; then issue 77's: the post-norm sweep with the pre-norm check, the
     converged runs at the chosen recipes (the deepest depth first, where the old calls said "fails"),
     the diagnostics of the failures; then everything else."""
-    mid, deep = p.depths[len(p.depths) // 2], p.depths[-1]
+    mid, deep = middle_depth(p), p.depths[-1]
     return ([(f"the {mid}-layer converged comparison, seed 1", f"conv-*-{mid}-s1"),
              ("the matched-compute GPKD controls", "*-matched-s*")]
             + [(f"the {mid}-layer converged comparison, seed {s}", f"conv-*-{mid}-s{s}")
@@ -584,7 +675,8 @@ def run_order(p: Preset) -> List[Tuple[str, str]]:
             + [(f"the {deep}-layer converged comparison", f"conv-*-{deep}-s*"),
                ("the post-norm sweep and the pre-norm check", "sweep-*")]
             + [(f"the {n}-layer converged runs at the sweep's recipes", f"retuned-*-{n}-s*") for n in p.depths[::-1]]
-            + [("the diagnostics of the post-norm failures", "diag-*"), ("everything else", "*")])
+            + [("the diagnostics of the post-norm failures", "diag-*"), ("Admin's large batch", "bigbatch-*"),
+               ("everything else", "*")])
 
 
 def run_updates(p: Preset, name: str) -> int:

@@ -16,7 +16,8 @@ from .plan import (CONVERGED_SEEDS, DD_KINDS, FAMILIES, POST_NORM_FAMILIES, RECO
                    postnorm_point, prenorm_check_runs, stat, sweep_choice, sweep_depth, sweep_edge, sweep_table,
                    valid_interval, diag_runs, sweep_name, BIGBATCH, chosen_recipe, old_recipe,
                    retuned_name, superseded, SWEEP_FAMILIES, current_system,
-                   postnorm_column_pairs, waiting_runs)
+                   postnorm_column_pairs, waiting_runs, column_sides, finite_nll,
+                   prenorm_check_verdict, sweep_failed, middle_depth, postnorm_schedule)
 from .stats import ALPHA, BOOTSTRAP_SAMPLES, SEED_SAMPLES, decode_stats, paired_bootstrap, seed_bootstrap
 
 FINDINGS = Path(__file__).with_name("findings.md")
@@ -235,8 +236,7 @@ def table(systems: Dict[str, List[dict]], names: List[str], extra: Tuple[Tuple[s
 
 
 def _postnorm_schedule(p) -> str:
-    lr = p.postnorm_lr if p.postnorm_lr is not None else p.lr
-    warmup = p.postnorm_warmup if p.postnorm_warmup is not None else p.warmup
+    lr, warmup = postnorm_schedule(p)
     return "" if (lr, warmup) == (p.lr, p.warmup) else f" (post-norm runs: lr {lr}, {warmup} warm-up updates)"
 
 
@@ -292,6 +292,8 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
         failed = sorted(n for n, r in results.items() if r.get("diverged"))
         extra = sorted(set(results) - set(planned))  # records of runs the plan no longer holds
         hours = remaining_hours(p, missing, results)
+        waiting = {pat for _, pat, n, _ in order_budget(p, [r.name for r in waiting_runs(p, results, planned)], results)
+                   if n and pat != "*"}  # steps whose runs wait for the sweep's choice (not planned yet)
         lines += [f"**Status: {len(planned) - len(missing)} of {len(planned)} planned runs finished"
                   + (f" ({len(failed)} failed or diverged: {', '.join(failed)})" if failed else "") + ".**"
                   + (f" Of the others, {len(unfinished)} {'was' if len(unfinished) == 1 else 'were'} stopped part-way by a "
@@ -307,9 +309,9 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
                      "shortens the converged runs. Order (`study.plan.run_order`, the cheapest decisive runs "
                      f"first), one `python -m study --preset {p.name} --order short-first --runs "
                      "PATTERN` after another, each with the runs not yet finished and their core-hours at the cap: "
-                     + "; ".join(f"{i}. {what} (`{pat}`: {n} runs, ≤ {h:.1f} core-hours)" if n else
-                                 f"{i}. {what} (`{pat}`): done" for i, (what, pat, n, h)
-                                 in enumerate(order_budget(p, missing, results), 1))
+                     + "; ".join(f"{i}. {what} (`{pat}`: {n} run{'s' if n > 1 else ''}, ≤ {h:.1f} core-hours)" if n else
+                                 f"{i}. {what} (`{pat}`): {'waits for the sweep' if pat in waiting else 'done'}"
+                                 for i, (what, pat, n, h) in enumerate(order_budget(p, missing, results), 1))
                      + ". A stopped run resumes from the checkpoints in its work directory only: where `work/` "
                      "does not outlive a session (a fresh checkout each time), start only what finishes before "
                      "the session ends." if missing and hours else "") + waiting_sentence(p, results, planned), ""]
@@ -350,6 +352,10 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
                   f"tables are the short-budget setting ({p.updates} updates).", ""]
         lines += table(systems, [n for n in conv_names if n in systems],
                        (("stopped_at", "stopped at"), ("best_update", "best")))
+        gone = superseded(p, results)
+        if gone:
+            lines += ["", "Superseded (issue 77; the records stay, the findings read the new systems: section 5c):", ""]
+            lines += [f"- {old}: {why}" for old, why in gone.items()]
         lines += ["", "Calls (test BLEU):", ""] + calls("converged")
         lines += ["", "Every converged run: where it ran and whether it was still improving when it stopped. "
                   f"A run is *still improving* when its valid NLL fell at each of its last {IMPROVING_K} kept "
@@ -507,8 +513,9 @@ def sweep_section(p, results: Dict[str, dict]) -> List[str]:
             cell = "…" if v is None else ("diverged" if not math.isfinite(v) else f"{v:.3f}")
             cells.append(f"**{cell}**" if pt == best else cell)
         out.append(f"| {fam}-{n} | " + " | ".join(cells) + " | "
-                   + (f"{best[0]:g} / {best[1]}" if best else f"not yet ({sum(v is None for v in row.values())} "
-                                                               f"of {len(row)} to run)") + " |")
+                   + (f"{best[0]:g} / {best[1]}" if best else "none: failed at every point of the grid"
+                      if sweep_failed(p, results, fam) else f"not yet ({sum(v is None for v in row.values())} "
+                                                             f"of {len(row)} to run)") + " |")
     edges = [(fam, sweep_edge(p, results, fam)) for fam in tab]
     edges = [(fam, e) for fam, e in edges if e]
     if edges:
@@ -518,7 +525,7 @@ def sweep_section(p, results: Dict[str, dict]) -> List[str]:
                 + ". The rule chooses inside the grid, so a rate beyond it was not tried: the optimum may lie there."]
     point = postnorm_point(p, results)
     check = prenorm_check_runs(p, results)
-    mid = p.depths[len(p.depths) // 2]
+    mid = middle_depth(p)
     out += ["", f"The pre-norm side's check (issue 77, part 2): pre-norm and MSC at {mid} layers, the same budget "
             f"and rule, at their own point ({p.lr:g} / {p.warmup}) and at the post-norm column's (the point most "
             "of its families chose, `study.plan.postnorm_point`: "
@@ -527,9 +534,15 @@ def sweep_section(p, results: Dict[str, dict]) -> List[str]:
             "| system | point | valid NLL |", "|---|---|---|"]
     for r in check:
         res = results.get(r.name)
-        v = None if res is None else (math.inf if res.get("diverged") else res.get("valid_nll"))
+        v = None if res is None else finite_nll(res)
         out.append(f"| {r.system.rsplit('-', 1)[0].split('-', 3)[3]}-{mid} | {r.lr:g} / {r.warmup} | "
                    + ("…" if v is None else "diverged" if not math.isfinite(v) else f"{v:.3f}") + " |")
+    verdict = prenorm_check_verdict(p, results)
+    if verdict:
+        out += [""] + [f"- {fam}-{mid}: " + ("its own point is better on valid (or as good): its runs stand" if v == "own"
+                                              else "the column's point is better on valid: the pre-norm families "
+                                                   "need the grid and their converged runs redone (not planned yet)")
+                       for fam, v in verdict.items()]
     old = old_recipe(p)
     out += ["", "The converged runs again (issue 77, part 3): each family whose chosen recipe differs from the one "
             f"its converged runs used ({old[0]:g} / {old[1]} on Adam) is retrained at every depth "
@@ -549,21 +562,24 @@ def sweep_section(p, results: Dict[str, dict]) -> List[str]:
                                                              if f"conv-{fam}-{n}" in gone else "planned")
                              for n in p.depths)
         out.append(f"| {fam} | {what} | {runs} |")
+    systems = by_system(results)
+    new = [retuned_name(fam, n) for n in p.depths for fam in SWEEP_FAMILIES if retuned_name(fam, n) in systems]
+    if new:
+        out += ["", "The retuned systems so far (as section 1b; a system supersedes its `conv-` one once it has a "
+                "record of every seed at its family's chosen recipe):", ""]
+        out += table(systems, new, (("stopped_at", "stopped at"), ("best_update", "best")))
+        out += [""] + run_table([r for n in new for r in systems[n]])
     return out + [""]
 
 
-def _side_status(p, results: Dict[str, dict], fam: str, n: int) -> Optional[str]:
-    """Why a side of a post-norm-column comparison has no new system yet, None when it has one (or
-    keeps its old one: pre-norm, or a family whose chosen recipe is the old one)."""
-    if fam not in SWEEP_FAMILIES:
-        return None
-    rec = chosen_recipe(p, results, fam)
-    if rec is None:
-        return f"{fam}'s sweep is not complete"
-    if rec == old_recipe(p) or current_system(p, results, fam, n) != f"conv-{fam}-{n}":
-        return None
-    done = sum(1 for r in results.values() if r.get("system") == retuned_name(fam, n) and not r.get("diverged"))
-    return f"{retuned_name(fam, n)} has {done} of {CONVERGED_SEEDS} seeds"
+def current_pair(p, results: Dict[str, dict], fam: str, n: int, ref: Optional[str], rn: Optional[int]
+                 ) -> Tuple[str, Optional[str]]:
+    """The systems a finding compares: both sides' current systems (:func:`study.plan.column_sides`),
+    or both old ``conv-`` ones while a side waits for its rerun; ``ref`` None: the baseline row itself."""
+    if ref is None:
+        return current_system(p, results, fam, n), None
+    sides, _ = column_sides(p, results, fam, n, ref, rn)
+    return sides or (f"conv-{fam}-{n}", f"conv-{ref}-{rn}")
 
 
 def column_calls_section(p, results: Dict[str, dict]) -> List[str]:
@@ -587,9 +603,8 @@ def column_calls_section(p, results: Dict[str, dict]) -> List[str]:
 
     for kind, fam, n, ref, rn in postnorm_column_pairs(p):  # in the order of COLUMN_CALLS
         a_old, b_old = f"conv-{fam}-{n}", f"conv-{ref}-{rn}"
-        wait = [w for w in (_side_status(p, results, fam, n), _side_status(p, results, ref, rn)) if w]
-        new = ("waits: " + "; ".join(wait) if wait else
-               cell(current_system(p, results, fam, n), current_system(p, results, ref, rn)))
+        sides, wait = column_sides(p, results, fam, n, ref, rn)
+        new = "waits: " + "; ".join(wait) if wait else cell(*sides)
         out.append(f"| {kind}: {_short(a_old)} vs {_short(b_old)} | {cell(a_old, b_old)} | {new} |")
     return out + [""]
 
@@ -763,7 +778,7 @@ def remaining_hours(p, missing: List[str], results: Dict[str, dict]) -> float:
     for n in missing:
         updates = run_updates(p, n)
         per = statistics.median(rate.get(depth(n)) or every)
-        points = updates // p.curve_every if n.startswith("conv-") and p.curve_every else 0
+        points = updates // p.curve_every if n.startswith(("conv-", "retuned-")) and p.curve_every else 0
         total += per * updates + 60 + 40 * points
     return total / 3600
 
@@ -1033,13 +1048,13 @@ def evidence_rows(results: Dict[str, dict], p) -> List[Tuple[str, int, List[dict
         fams = converged_families(p, n, results)
         fams += [f for f in SWEEP_FAMILIES if f not in fams and retuned_name(f, n) in systems]
         for fam in fams:
-            name = current_system(p, results, fam, n)  # retuned-<fam>-<n> once it supersedes (issue 77)
+            if fam in ("prenorm", "postnorm"):
+                ref_fam, rn = (None, None) if n == p.depths[0] else (fam, p.depths[0])
+            else:
+                ref_fam, rn = ('postnorm' if fam in POST_NORM_FAMILIES else 'prenorm'), n
+            name, ref = current_pair(p, results, fam, n, ref_fam, rn)
             if name not in systems:
                 continue
-            if fam in ("prenorm", "postnorm"):
-                ref = None if n == p.depths[0] else current_system(p, results, fam, p.depths[0])
-            else:
-                ref = current_system(p, results, 'postnorm' if fam in POST_NORM_FAMILIES else 'prenorm', n)
             c = None if ref is None else call(name, systems[name], ref, systems.get(ref, []), close=p.close_bleu)
             rows.append((fam, n, systems[name], c))
     return rows
@@ -1052,8 +1067,8 @@ def paper_sentences(results: Dict[str, dict], p) -> List[str]:
 
     def labels(fam: str, ref_fam: str, ref_depth: Optional[int] = None) -> str:
         out = []
-        for n in deep:  # the current converged systems: retuned ones where they supersede (issue 77)
-            a, b = current_system(p, results, fam, n), current_system(p, results, ref_fam, ref_depth or n)
+        for n in deep:  # the current converged systems: retuned ones where both sides have them (issue 77)
+            a, b = current_pair(p, results, fam, n, ref_fam, ref_depth or n)
             if a == b:
                 continue
             if a in systems and b in systems:

@@ -38,7 +38,7 @@ from .launcher import Deadline, Launcher
 from .plan import (
     REPO, REPRODUCED, Preset, Run, close_systems, choose_dd_depth, converged_runs, dd_compare_runs,
     dd_search_runs, finished, matched_updates, headline_pairs, independent_runs, model_flags, partial_path,
-    record_path, prenorm_check_runs, retuned_runs, seeded, ssl_stage1, teacher_run)
+    record_path, prenorm_check_runs, postnorm_schedule, retuned_runs, seeded, ssl_stage1, teacher_run)
 
 # --user-dir of every command: the installed package (the one lookup, deepnmt_fairseq/jobs/fairseq_argv.py)
 USER_DIR = user_dir()
@@ -141,8 +141,7 @@ class Study:
         save = self.dir(r.name)
         updates = r.updates or p.updates
         post = "--post-norm" in r.model
-        lr = p.postnorm_lr if post and p.postnorm_lr is not None else p.lr
-        warmup = p.postnorm_warmup if post and p.postnorm_warmup is not None else p.warmup
+        lr, warmup = postnorm_schedule(p) if post else (p.lr, p.warmup)
         lr, warmup = (r.lr if r.lr is not None else lr), (r.warmup if r.warmup is not None else warmup)
         cmd = fairseq_train(r.data or self.data, r.model, r.crit, [
                "--task", "deep_translation" if r.diagnostics else "translation", "--optimizer", r.optimizer, "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",

@@ -66,7 +66,7 @@ def test_sweep_commands_train_at_their_grid_point_admin_on_radam_and_read_valid_
     assert "--valid-only" not in study.eval_command(tmp_path / "avg.pt", False, tmp_path)
 
 
-def _records(values, bleu=None):
+def _records(values, bleu=None):  # sweep records: {(family, point): valid NLL (None: diverged)}
     n = plan.sweep_depth(CPU)
     out = {}
     for (fam, pt), v in values.items():
@@ -91,6 +91,17 @@ def test_the_rule_is_the_lowest_valid_nll_once_the_grid_is_complete_and_ignores_
     del vals[("deepnorm", grid[-1])]
     assert plan.sweep_choice(CPU, _records(vals), "deepnorm") is None
     assert plan.sweep_table(CPU, _records(vals))["deepnorm"][grid[1]] == math.inf
+    # a NaN valid NLL counts as a failure; a family that failed at every point chooses nothing, and
+    # says so, rather than taking the grid's first point
+    res = _records({("admin", pt): 4.0 for pt in grid})
+    res[plan.sweep_name("admin", 24, *grid[0])]["valid_nll"] = float("nan")
+    assert plan.sweep_choice(CPU, res, "admin") == grid[1]
+    res = _records({("admin", pt): None for pt in grid})
+    assert plan.sweep_choice(CPU, res, "admin") is None and plan.sweep_failed(CPU, res, "admin")
+    assert plan.retuned_runs(CPU, [1], res) == [] and not plan.sweep_failed(CPU, {}, "admin")
+    from study.report import sweep_section
+
+    assert "| none: failed at every point of the grid |" in "\n".join(sweep_section(CPU, res))
 
 
 def test_a_best_point_on_the_grids_edge_of_rates_is_flagged():
@@ -125,16 +136,26 @@ def test_the_committed_report_marks_the_choice_the_records_make():
     records = REPO / plan.RECORDS / "cpu"
     results = {f.stem: json.loads(f.read_text()) for f in records.glob("sweep-*.json")}
     text = (REPO / "docs" / "fidelity.md").read_text()
-    assert "## 5. The post-norm column's recipe, chosen on valid" in text
+    head = "## 5. The post-norm column's recipe, chosen on valid"
+    assert head in text
+    text = text.split(head, 1)[1].split("\n## ", 1)[0]  # section 5 only
     rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| ([a-z-]+)-24 \| (.*) \|$", text, re.M)
             if m.group(1) in plan.SWEEP_FAMILIES}
     assert set(rows) == set(plan.SWEEP_FAMILIES)
     for fam, row in rows.items():
         cells = [c.strip() for c in row.split("|")]
         *values, chosen = cells
-        best = plan.sweep_choice(CPU, results, fam)
-        assert chosen == (f"{best[0]:g} / {best[1]}" if best else chosen) and (best is not None) == \
-            (not chosen.startswith("not yet")), fam
+        # the rule, written again here: the lowest finite valid NLL once every grid point has a record
+        recs = [results.get(plan.sweep_name(fam, 24, *pt)) for pt in CPU.sweep_grid]
+        nll = [math.inf if r.get("diverged") or r.get("valid_nll") is None else r["valid_nll"]
+               for r in recs if r is not None]
+        best = (CPU.sweep_grid[nll.index(min(nll))] if len(nll) == len(recs) and math.isfinite(min(nll))
+                else None)
+        assert best == plan.sweep_choice(CPU, results, fam), fam
+        if best:
+            assert chosen == f"{best[0]:g} / {best[1]}", fam
+        else:
+            assert chosen.startswith(("not yet", "none: failed")), fam
         for pt, cell in zip(CPU.sweep_grid, values):
             rec = results.get(plan.sweep_name(fam, 24, *pt))
             if rec is None:
@@ -190,6 +211,18 @@ def test_the_pre_norm_check_runs_at_its_own_point_then_at_the_post_norm_columns_
     # a 2-2 tie: plain post-norm's choice
     vals[("deepnorm", grid[2])], vals[("deepnorm", grid[0])] = 5.0, 3.0
     assert plan.postnorm_point(CPU, _records(vals)) == grid[0]
+    # a family that failed at every point does not hold the check back
+    failed = {**vals, **{("admin", pt): None for pt in grid}}
+    assert plan.postnorm_point(CPU, _records(failed)) == grid[0]
+    # the verdict once both points of a family have finished: the lower valid NLL, a tie keeps its own
+    res = _records(vals)
+    for r, v in zip(plan.prenorm_check_runs(CPU, res), (4.9, 4.2, 4.5, 4.2)):  # prenorm, msc; own, then other
+        res[r.name] = {"name": r.name, "valid_nll": v, "diverged": False}
+    assert plan.prenorm_check_verdict(CPU, res) == {"prenorm": "other", "msc": "own"}
+    from study.report import sweep_section
+
+    text = "\n".join(sweep_section(CPU, res))
+    assert f"- prenorm-{mid}: the column's point is better on valid" in text and f"- msc-{mid}: its own point" in text
     # an unfinished family: no point yet, and only the own-point runs are planned
     del vals[("admin", grid[3])]
     assert plan.postnorm_point(CPU, _records(vals)) is None and len(plan.prenorm_check_runs(CPU, _records(vals))) == 2
@@ -281,61 +314,84 @@ def test_converged_runs_are_redone_at_the_chosen_recipe_where_it_changed_and_sup
             assert (r.lr, r.warmup, r.optimizer) == (*new, "adam")
     assert {r.name for r in runs} <= set(plan.planned(CPU, [1, 2], results=res))
     assert plan.superseded(CPU, res) == {}
-    for s in (1, 2, 3):
-        res[f"retuned-deepnorm-24-s{s}"] = {"name": f"retuned-deepnorm-24-s{s}", "system": "retuned-deepnorm-24",
-                                            "seed": s, "valid_nll": 4.0, "diverged": False}
-    gone = plan.superseded(CPU, res)
+    res.update(_converged("retuned-deepnorm-24", [20.0, 20.0, 20.0], recipe=(*old, "adam")))
+    assert plan.superseded(CPU, res) == {}  # records of another recipe (a grid or choice since changed)
+    res.update(_converged("retuned-deepnorm-24", [20.0, 20.0], recipe=(*new, "adam")))
+    assert plan.superseded(CPU, res) == {}  # two of three seeds
+    res.update(_converged("retuned-deepnorm-24", [20.0, 20.0, None], recipe=(*new, "adam")))
+    gone = plan.superseded(CPU, res)  # a seed that diverged at the chosen recipe is a result, not a gap
     assert list(gone) == ["conv-deepnorm-24"] and "0.001 / 1000" in gone["conv-deepnorm-24"]
 
 
-def _converged(system, bleus):
+def _converged(system, bleus, recipe=None):
+    """Records of a converged system, one seed per BLEU (None: diverged), trained at ``recipe`` (lr,
+    warm-up, optimizer; default: the old post-norm recipe on Adam, RAdam for Admin)."""
+    lr, w, opt = recipe or (CPU.postnorm_lr, CPU.postnorm_warmup, "radam" if "-admin-" in system else "adam")
     return {f"{system}-s{s}": {"name": f"{system}-s{s}", "system": system, "seed": s, "bleu": b,
-                               "valid_nll": 4.0, "diverged": False} for s, b in enumerate(bleus, 1)}
+                               "valid_nll": 4.0 if b is not None else None, "diverged": b is None,
+                               "command": f"fairseq-train bin --optimizer {opt} --lr {lr:g} --warmup-updates {w}"}
+            for s, b in enumerate(bleus, 1)}
 
 
 def test_every_post_norm_column_call_is_recomputed_on_the_retuned_systems_beside_the_old_one():
     """Issue 77 part 4: each comparison of the column (rescues, against pre-norm, depth trends) is called
     on the old conv- systems and on the current ones side by side; a retuned system replaces its conv-
-    one only with every seed, a family whose choice is the old recipe keeps its runs, and the README's
-    evidence rows and paper sentences read the current systems."""
+    one only with every seed at the chosen recipe, a family whose choice is the old recipe keeps its
+    runs, a comparison waits while either side's rerun is unfinished (never new against old), and the
+    README's evidence rows and paper sentences read the same pairs."""
     from study import report
 
     grid = list(CPU.sweep_grid)
-    old = (CPU.postnorm_lr, CPU.postnorm_warmup)
+    old, new = (CPU.postnorm_lr, CPU.postnorm_warmup), (1e-3, 1000)
     vals = {(fam, pt): 5.0 for fam in plan.SWEEP_FAMILIES for pt in grid}
-    for fam in ("postnorm", "transparent-post", "admin"):
-        vals[(fam, old)] = 3.0  # post-norm and transparent keep the old recipe; Admin's is new (RAdam)
-    vals[("deepnorm", (1e-3, 1000))] = 3.0
+    for fam in ("transparent-post", "admin"):
+        vals[(fam, old)] = 3.0  # transparent keeps the old recipe; Admin's is new (RAdam)
+    for fam in ("postnorm", "deepnorm"):
+        vals[(fam, new)] = 3.0
     res = _records(vals)
+    at_new = (*new, "adam")
     for n in CPU.depths:
         res.update(_converged(f"conv-postnorm-{n}", [10.0, 10.2, 9.9]))
         res.update(_converged(f"conv-prenorm-{n}", [20.0, 20.3, 19.8]))
-        res.update(_converged(f"conv-deepnorm-{n}", [10.1, 9.8, 10.0]))  # the old call: no difference
+        res.update(_converged(f"conv-deepnorm-{n}", [10.1, 9.8, 10.0]))  # the old rescue call: no difference
         res.update(_converged(f"conv-transparent-post-{n}", [15.0, 15.2, 14.9]))
-        res.update(_converged(f"retuned-deepnorm-{n}", [19.0, 19.2, 18.9]))  # the new one: better
-    res.update(_converged("retuned-admin-6", [12.0]))  # one seed of three: waits
+        res.update(_converged(f"retuned-deepnorm-{n}", [19.0, 19.2, 18.9], at_new))  # the new one: better
+        res.update(_converged(f"retuned-postnorm-{n}", [10.0, 10.1, 9.9][:1 if n == 24 else 3], at_new))
+    res.update(_converged("retuned-admin-6", [12.0], (*old, "radam")))  # one seed of three: waits
     assert plan.current_system(CPU, res, "deepnorm", 24) == "retuned-deepnorm-24"
-    assert plan.current_system(CPU, res, "admin", 6) == "conv-admin-6"
     assert plan.current_system(CPU, res, "postnorm", 24) == "conv-postnorm-24"
+    assert plan.current_system(CPU, res, "admin", 6) == "conv-admin-6"
+    assert plan.current_system(CPU, res, "transparent-post", 12) == "conv-transparent-post-12"
 
     text = "\n".join(report.column_calls_section(CPU, res))
     rows = {m.group(1): (m.group(2), m.group(3)) for m in re.finditer(r"^\| (.+?) \| (.+?) \| (.+?) \|$", text, re.M)}
     kinds = {k for k, *_ in plan.postnorm_column_pairs(CPU)}
     assert kinds == set(plan.COLUMN_CALLS) and len(rows) == len(plan.postnorm_column_pairs(CPU)) + 1  # + header
-    old_call, new_call = rows["rescue of post-norm: DeepNorm-24 vs post-norm-24"]
-    assert old_call.startswith("no difference from post-norm-24") and new_call.startswith("better than post-norm-24")
+    old_call, new_call = rows["rescue of post-norm: DeepNorm-12 vs post-norm-12"]
+    assert old_call.startswith("no difference from post-norm-12") and new_call.startswith(
+        "better than post-norm-12 (retuned)")
+    # post-norm-24's rerun has one seed of three: the rescue at 24 waits, it is not made new against old
+    assert rows["rescue of post-norm: DeepNorm-24 vs post-norm-24"][1] == "waits: retuned-postnorm-24 has 1 of 3 seeds"
     assert rows["against pre-norm: DeepNorm-12 vs pre-norm-12"][1].startswith("worse than pre-norm-12")
+    # transparent keeps its runs; its reference is post-norm's rerun
     old_call, new_call = rows["rescue of post-norm: transparent (post-norm)-12 vs post-norm-12"]
-    assert old_call == new_call and old_call.startswith("better than post-norm-12")  # recipe unchanged
+    assert old_call.startswith("better than post-norm-12 (") and new_call.startswith("better than post-norm-12 (retuned)")
     assert rows["rescue of post-norm: Admin-6 vs post-norm-6"] == (
         "not measured: Admin-6", "waits: retuned-admin-6 has 1 of 3 seeds")
     assert rows["depth trend: DeepNorm-24 vs DeepNorm-6"][1].startswith("no difference from DeepNorm-6 (retuned)")
+    assert rows["depth trend: Admin-12 vs Admin-6"][1] == (
+        "waits: retuned-admin-12 has 0 of 3 seeds; retuned-admin-6 has 1 of 3 seeds")
 
     rows = {(fam, n): c for fam, n, runs, c in report.evidence_rows(res, CPU)}
-    assert rows[("deepnorm", 24)]["a"] == "retuned-deepnorm-24" and rows[("deepnorm", 24)]["label"] == "better"
-    assert rows[("postnorm", 24)]["a"] == "conv-postnorm-24"
+    assert rows[("deepnorm", 12)]["a"] == "retuned-deepnorm-12" and rows[("deepnorm", 12)]["label"] == "better"
+    assert (rows[("deepnorm", 24)]["a"], rows[("deepnorm", 24)]["b"]) == ("conv-deepnorm-24", "conv-postnorm-24")
+    assert rows[("postnorm", 12)]["a"] == "retuned-postnorm-12" and rows[("postnorm", 12)]["b"] == "retuned-postnorm-6"
     sentence = next(s for s in report.paper_sentences(res, CPU) if s.startswith("- **DeepNorm**"))
-    assert all(f"{n} layers: better" in sentence for n in CPU.depths), sentence
+    assert "6 layers: better" in sentence and "12 layers: better" in sentence, sentence
+    assert "24 layers: no difference" in sentence, sentence
+    # section 1b lists what the reruns superseded, with the reason; the old records stay
+    assert set(plan.superseded(CPU, res)) == {f"conv-deepnorm-{n}" for n in CPU.depths} | {
+        f"conv-postnorm-{n}" for n in CPU.depths[:2]}
 
 
 def test_the_status_line_forecasts_the_runs_that_wait_for_the_sweeps_choice():
@@ -360,7 +416,7 @@ def test_the_status_line_forecasts_the_runs_that_wait_for_the_sweeps_choice():
     now = plan.planned(CPU, [1, 2], results=res)
     assert not any(n.startswith("retuned-") for n in now)
     wait = plan.waiting_runs(CPU, res, now)
-    mid = CPU.depths[len(CPU.depths) // 2]
+    mid = plan.middle_depth(CPU)
     assert {r.name for r in wait if r.name.startswith("sweep-")} == {
         plan.sweep_name(f, mid, *new) for f in plan.PRENORM_CHECK}
     assert {r.system for r in wait if r.name.startswith("retuned-")} == {
@@ -374,7 +430,7 @@ def test_the_status_line_forecasts_the_runs_that_wait_for_the_sweeps_choice():
     assert {n for n in now if n.startswith("retuned-")} and plan.sweep_name("msc", mid, *new) in now
 
 
-def test_the_run_order_puts_the_sweep_then_the_deepest_retuned_runs_before_the_diagnostics():
+def test_the_run_order_puts_the_sweep_then_the_deepest_retuned_runs_then_the_diagnostics_and_the_big_batch():
     import fnmatch
 
     from study.report import order_budget
@@ -394,4 +450,4 @@ def test_the_run_order_puts_the_sweep_then_the_deepest_retuned_runs_before_the_d
     deep = by_kind(f"retuned-postnorm-{CPU.depths[-1]}-")
     shallow = by_kind(f"retuned-postnorm-{CPU.depths[0]}-")
     assert max(by_kind("sweep-")) < min(deep) < min(shallow) <= retuned < min(by_kind("diag-"))
-    assert sum(n for _, n in steps) == len(names)
+    assert max(by_kind("diag-")) < min(by_kind("bigbatch-")) and steps[max(by_kind("bigbatch-"))][0] != "*"
