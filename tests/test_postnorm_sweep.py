@@ -451,3 +451,18 @@ def test_the_run_order_puts_the_sweep_then_the_deepest_retuned_runs_then_the_dia
     shallow = by_kind(f"retuned-postnorm-{CPU.depths[0]}-")
     assert max(by_kind("sweep-")) < min(deep) < min(shallow) <= retuned < min(by_kind("diag-"))
     assert max(by_kind("diag-")) < min(by_kind("bigbatch-")) and steps[max(by_kind("bigbatch-"))][0] != "*"
+
+
+def test_the_findings_and_the_readme_quote_the_sweep_as_its_records_have_it():
+    """The hand-written round-4 findings quote every finished 24-layer sweep point's valid NLL as its
+    record has it, and the findings and the README say how many of the grid's points have run: a new
+    record without the words that go with it fails here."""
+    records = {f.stem: json.loads(f.read_text()) for f in (REPO / plan.RECORDS / "cpu").glob("sweep-*-24-s1.json")}
+    total = len(plan.SWEEP_FAMILIES) * len(CPU.sweep_grid)
+    text = " ".join((REPO / "study" / "findings.md").read_text().split())
+    para = text.split("**Round 4 (issue 77)")[1].split("**Round 3")[0]
+    for name, r in records.items():
+        assert f"{r['valid_nll']:.3f}" in para, name
+    assert f"({len(records)} of the grid's {total} points)" in para
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert f"{len(records)} of {total} grid points" in readme
