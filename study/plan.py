@@ -96,10 +96,13 @@ PRESETS: Dict[str, Preset] = {
                   # every 800 updates.  ssl-stage1-12-s1 (pre-norm 12-3, patience 3) was still improving
                   # at 3200 updates (16.28 sacreBLEU), so the cap is well above where it stops
                   converged_cap=12800, converged_patience=16, curve_every=800,
-                  # issue 77: 3 peak rates x 2 warm-ups, containing the old post-norm point (2e-3 / 600)
+                  # issue 77: peak rates x 2 warm-ups, containing the old post-norm point (2e-3 / 600)
                   # and the GPU preset's (1e-3 / 1000), reaching below 1e-3; 2000 updates: past every
-                  # warm-up and past 550-700 updates, where the working and failing runs parted
-                  sweep_updates=2000, sweep_grid=tuple((lr, w) for lr in (5e-4, 1e-3, 2e-3) for w in (600, 1000)),
+                  # warm-up and past 550-700 updates, where the working and failing runs parted.  The
+                  # issue's 3 rates put every family's best at the highest (2e-3, `sweep_edge`), so the
+                  # grid grew once, by 1.5x, before the converged runs that the choice sets (3e-3 is
+                  # also the pre-norm point's rate); a best still on the edge is reported, not chased
+                  sweep_updates=2000, sweep_grid=tuple((lr, w) for lr in (5e-4, 1e-3, 2e-3, 3e-3) for w in (600, 1000)),
                   # the first 1000 updates (DeepNet and Admin diagnose the first few hundred), a point
                   # every 20; 16 x 2048 tokens = Admin's 32K an update
                   diag_updates=1000, diag_every=20, bigbatch_freq=16),
@@ -760,6 +763,20 @@ NEW_RUNS_ONLY = ("converged_cap", "converged_patience", "curve_every", "sweep_up
                  "diag_updates", "diag_every", "bigbatch_freq")
 
 
+def grow_grid(stamp: Path, settings: Dict[str, object]) -> None:
+    """A sweep grid that only grew keeps the directory's runs: each sweep run is named by its point, so
+    every finished point stays valid; the stamp takes the larger grid (issue 77: the grid grew by a rate
+    beyond its edge).  A grid that lost a point, or any other change, is left to the guard to refuse."""
+    if not stamp.exists():
+        return
+    old = json.loads(stamp.read_text())
+    then = {tuple(pt) for pt in old.get("sweep_grid") or ()}
+    now = {tuple(pt) for pt in settings.get("sweep_grid") or ()}
+    if then and then < now:
+        old["sweep_grid"] = json.loads(json.dumps(settings["sweep_grid"]))
+        stamp.write_text(json.dumps(old, indent=2, sort_keys=True) + "\n")
+
+
 def stamp_settings(d: Path, p: Preset, flag: str) -> None:
     """Refuse a directory of runs made with other settings (finished runs are reused by name), then
     stamp it with these: the job runner's guard (``deepnmt_fairseq.jobs.runner.settings_guard``) on
@@ -769,6 +786,7 @@ def stamp_settings(d: Path, p: Preset, flag: str) -> None:
     from deepnmt_fairseq.jobs.runner import settings_guard
 
     settings = dataclasses.asdict(p)
+    grow_grid(d / "preset.json", settings)
     absent = {f.name: f.default for f in dataclasses.fields(Preset) if f.default is not dataclasses.MISSING}
     absent.update({k: settings[k] for k in NEW_RUNS_ONLY})
     settings_guard(d, settings, name="preset.json", flag=flag, error=SystemExit, missing_as_default=absent)

@@ -466,3 +466,22 @@ def test_the_findings_and_the_readme_quote_the_sweep_as_its_records_have_it():
     assert f"({len(records)} of the grid's {total} points)" in para
     readme = " ".join((REPO / "README.md").read_text().split())
     assert f"{len(records)} of {total} grid points" in readme
+
+
+def test_a_grid_that_grew_keeps_its_work_directory_and_one_that_lost_a_point_is_refused(tmp_path):
+    """Sweep runs are named by their point, so a directory stamped with a smaller grid is reused and its
+    stamp takes the larger one; a grid that lost a point (or moved one) is refused as other settings."""
+    import dataclasses
+
+    def stamp(grid):
+        (tmp_path / "preset.json").write_text(json.dumps(dataclasses.asdict(
+            dataclasses.replace(CPU, sweep_grid=tuple(grid))), default=list))
+
+    grid = list(CPU.sweep_grid)
+    assert len({lr for lr, _ in grid}) == 4 and max(lr for lr, _ in grid) == 3e-3  # grown once past 2e-3
+    stamp([pt for pt in grid if pt[0] != 3e-3])  # the issue's 3 x 2
+    plan.stamp_settings(tmp_path, CPU, "--work-dir")
+    assert [tuple(pt) for pt in json.loads((tmp_path / "preset.json").read_text())["sweep_grid"]] == grid
+    stamp(grid + [(4e-3, 600)])  # the directory's grid holds a point this one lacks
+    with pytest.raises(SystemExit, match="other settings.*sweep_grid"):
+        plan.stamp_settings(tmp_path, CPU, "--work-dir")
