@@ -585,7 +585,7 @@ def superseded(p: Preset, results: Dict[str, dict]) -> Dict[str, str]:
     record of every seed at the chosen recipe (:func:`retuned_records`)."""
     out = {}
     old = old_recipe(p)
-    for r in retuned_runs(p, [1], results):
+    for r in {r.system: r for r in retuned_runs(p, [1], results)}.values():  # one run per system
         fam, n = r.system[len("retuned-"):].rsplit("-", 1)
         if len(retuned_records(p, results, fam, int(n))) >= CONVERGED_SEEDS:
             out[f"conv-{fam}-{n}"] = (f"superseded by {r.system}: trained at the post-norm default {old[0]:g} / "
