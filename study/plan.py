@@ -354,27 +354,76 @@ def sweep_name(fam: str, depth: int, lr: float, warmup: int, seed: int = 1) -> s
     return f"sweep-lr{lr:g}-w{warmup}-{fam}-{depth}-s{seed}"  # the depth last, as in every run's name
 
 
-def sweep_runs(p: Preset) -> List[Run]:
+#: the pre-norm families of the converged comparison.  Issue 77, part 2: "if the other point is better on
+#: valid, the pre-norm families get the same grid and their converged runs are redone as well"; our reading:
+#: once the pre-norm check (:data:`PRENORM_CHECK`) finds the post-norm column's point better for any family it
+#: checks, every one of these is swept (:func:`prenorm_tuned`), so that DLCL, MSC and transparent pre-norm
+#: keep sharing plain pre-norm's recipe rule, as they share its schedule today
+PRENORM_FAMILIES = ("prenorm", "transparent-pre", "dlcl", "msc")
+
+
+def prenorm_tuned(p: Preset, results: Optional[Dict[str, dict]]) -> bool:
+    """True once the pre-norm check has found the post-norm column's point better on valid for a family it
+    checks (:func:`prenorm_check_verdict`): then the pre-norm families are swept too."""
+    return "other" in prenorm_check_verdict(p, results or {}).values()
+
+
+def tuned_families(p: Preset, results: Optional[Dict[str, dict]] = None) -> Tuple[str, ...]:
+    """The families the sweep tunes: the post-norm column (:data:`SWEEP_FAMILIES`) always, and the preset's
+    pre-norm families (:data:`PRENORM_FAMILIES`) once :func:`prenorm_tuned`."""
+    pre = tuple(f for f in PRENORM_FAMILIES if f in (p.families or FAMILIES)) if prenorm_tuned(p, results) else ()
+    return SWEEP_FAMILIES + pre
+
+
+def family_grid(p: Preset, fam: str) -> Tuple[Tuple[float, int], ...]:
+    """A family's grid of (peak lr, warm-up): the preset's ``sweep_grid``; for a pre-norm family with its own
+    point (the preset's lr / warm-up) added where the grid lacks it, so the rule can keep the recipe its runs
+    used (our reading of "the same grid": the same points, and the family's own)."""
+    grid = tuple(tuple(pt) for pt in p.sweep_grid)
+    own = (p.lr, p.warmup)
+    return grid if fam in SWEEP_FAMILIES or own in grid else grid + (own,)
+
+
+def _sweep_run(p: Preset, fam: str, lr: float, w: int) -> Run:
+    n = sweep_depth(p)
+    return Run(sweep_name(fam, n, lr, w), sweep_name(fam, n, lr, w).rsplit("-s", 1)[0], 1,
+               model_flags(p, n, p.decoder_layers, *FAMILIES[fam]), updates=p.sweep_updates, lr=lr, warmup=w,
+               optimizer=SWEEP_OPTIMIZER.get(fam, "adam"), valid_only=True, valid_log=True)
+
+
+def sweep_runs(p: Preset, results: Optional[Dict[str, dict]] = None) -> List[Run]:
     """Every (family, grid point) of the tuning sweep, seed 1, ``sweep_updates`` updates, evaluated on
-    valid only."""
+    valid only: the post-norm column's, then (:func:`prenorm_sweep_runs`) the pre-norm families' once the
+    pre-norm check calls for them (``results``: the finished runs)."""
     if not p.sweep_updates:
         return []
-    n = sweep_depth(p)
-    return [Run(sweep_name(fam, n, lr, w), sweep_name(fam, n, lr, w).rsplit("-s", 1)[0], 1,
-                model_flags(p, n, p.decoder_layers, *FAMILIES[fam]), updates=p.sweep_updates, lr=lr, warmup=w,
-                optimizer=SWEEP_OPTIMIZER.get(fam, "adam"), valid_only=True, valid_log=True)
-            for lr, w in p.sweep_grid for fam in SWEEP_FAMILIES]
+    return ([_sweep_run(p, fam, lr, w) for lr, w in p.sweep_grid for fam in SWEEP_FAMILIES]
+            + prenorm_sweep_runs(p, results))
+
+
+def prenorm_sweep_runs(p: Preset, results: Optional[Dict[str, dict]]) -> List[Run]:
+    """The pre-norm families' sweep (issue 77, part 2): none until :func:`prenorm_tuned`; then every point
+    of :func:`family_grid` for each of them, at the sweep's depth, budget and rule."""
+    if not p.sweep_updates:
+        return []
+    pre = [f for f in tuned_families(p, results) if f not in SWEEP_FAMILIES]
+    grid = family_grid(p, pre[0]) if pre else ()
+    return [_sweep_run(p, fam, lr, w) for lr, w in grid for fam in pre]
 
 
 def sweep_table(p: Preset, results: Dict[str, dict]) -> Dict[str, Dict[Tuple[float, int], Optional[float]]]:
-    """family -> grid point -> the valid NLL at the budget (None: not finished; inf: diverged)."""
-    n, out = sweep_depth(p), {}
-    for fam in SWEEP_FAMILIES:
-        row = out.setdefault(fam, {})
-        for lr, w in p.sweep_grid:
-            r = results.get(sweep_name(fam, n, lr, w))
-            row[(lr, w)] = None if r is None else finite_nll(r)
-    return out
+    """family -> grid point -> the valid NLL at the budget (None: not finished; inf: diverged), for every
+    family the sweep tunes (:func:`tuned_families`), over its own grid (:func:`family_grid`)."""
+    return {fam: sweep_row(p, results, fam) for fam in tuned_families(p, results)}
+
+
+def sweep_row(p: Preset, results: Dict[str, dict], fam: str) -> Dict[Tuple[float, int], Optional[float]]:
+    """One family's row of :func:`sweep_table` (whether or not the sweep tunes it yet)."""
+    n, row = sweep_depth(p), {}
+    for lr, w in family_grid(p, fam):
+        r = results.get(sweep_name(fam, n, lr, w))
+        row[(lr, w)] = None if r is None else finite_nll(r)
+    return row
 
 
 def finite_nll(record: dict) -> float:
@@ -391,18 +440,18 @@ def sweep_choice(p: Preset, results: Dict[str, dict], fam: str,
     the best of the points finished so far (None before the first), for the status line's forecast of
     the runs that wait for the choice, never for a run or a call.  A family that diverged or has no
     valid NLL at every point chooses nothing (:func:`sweep_failed`)."""
-    row = sweep_table(p, results).get(fam, {})
+    row = sweep_row(p, results, fam)
     if provisional:
         row = {pt: v for pt, v in row.items() if v is not None}
     if not row or any(v is None for v in row.values()) or not any(math.isfinite(v) for v in row.values()):
         return None
-    return min((pt for pt in p.sweep_grid if pt in row), key=lambda pt: row[pt])
+    return min((pt for pt in family_grid(p, fam) if pt in row), key=lambda pt: row[pt])
 
 
 def sweep_failed(p: Preset, results: Dict[str, dict], fam: str) -> bool:
     """True when the family's grid is complete and no point of it has a finite valid NLL: a finding
     (the family fails at every point of the grid), not a recipe."""
-    row = sweep_table(p, results).get(fam, {})
+    row = sweep_row(p, results, fam)
     return bool(row) and all(v is not None and not math.isfinite(v) for v in row.values())
 
 
@@ -413,11 +462,12 @@ def sweep_edge(p: Preset, results: Dict[str, dict], fam: str) -> Optional[str]:
     point alone is no trend; a diverged point is not a best).  The rule chooses only inside the grid;
     an edge says that the optimum may lie beyond it, a rate the grid did not try (issue 77 asks for
     the grid, not past it)."""
-    row = {pt: v for pt, v in sweep_table(p, results).get(fam, {}).items() if v is not None and math.isfinite(v)}
-    rates = sorted({lr for lr, _ in p.sweep_grid})
+    row = {pt: v for pt, v in sweep_row(p, results, fam).items() if v is not None and math.isfinite(v)}
+    grid = family_grid(p, fam)
+    rates = sorted({lr for lr, _ in grid})
     if len({lr for lr, _ in row}) < 2:
         return None
-    best = min(p.sweep_grid, key=lambda pt: row.get(pt, math.inf))[0]
+    best = min(grid, key=lambda pt: row.get(pt, math.inf))[0]
     return "highest" if best == rates[-1] else "lowest" if best == rates[0] else None
 
 
@@ -518,14 +568,15 @@ def diag_runs(p: Preset) -> List[Run]:
 
 
 # ------------------------------------------------------ the converged runs again (issue 77, part 3)
-def old_recipe(p: Preset) -> Tuple[float, int, str]:
-    """What every converged post-norm run of the study used: the preset's post-norm point on Adam."""
-    return (*postnorm_schedule(p), "adam")
+def old_recipe(p: Preset, fam: str = "postnorm") -> Tuple[float, int, str]:
+    """What a family's converged runs used: the preset's post-norm point on Adam for the post-norm column
+    (:data:`SWEEP_FAMILIES`), the preset's own (pre-norm) point on Adam for the others."""
+    return (*(postnorm_schedule(p) if fam in SWEEP_FAMILIES else (p.lr, p.warmup)), "adam")
 
 
 def chosen_recipe(p: Preset, results: Dict[str, dict], fam: str,
                   provisional: bool = False) -> Optional[Tuple[float, int, str]]:
-    """A post-norm family's recipe by the sweep's rule: (peak lr, warm-up, optimizer); None before the
+    """A tuned family's recipe by the sweep's rule: (peak lr, warm-up, optimizer); None before the
     family's grid is complete.  The 12- and 6-layer runs use the 24-layer choice (no grid is run at
     those depths: the issue's "unless a 12-layer grid is run too")."""
     point = sweep_choice(p, results, fam, provisional)
@@ -538,20 +589,21 @@ def retuned_name(fam: str, depth: int) -> str:
 
 def retuned_runs(p: Preset, seeds: Sequence[int], results: Optional[Dict[str, dict]] = None,
                  provisional: bool = False) -> List[Run]:
-    """The converged comparison again where the recipe changed: each post-norm family whose sweep
-    choice differs from :func:`old_recipe` (Admin always: it now trains on RAdam) at every depth of the
-    preset (Admin at the deepest too, which the first converged comparison left out), the converged
-    rule and seeds, at the chosen recipe.  The old ``conv-<fam>-<n>`` records stay (the report marks
-    them superseded once the new system has every seed)."""
+    """The converged comparison again where the recipe changed: each tuned family (:func:`tuned_families`)
+    whose sweep choice differs from its :func:`old_recipe` (Admin always: it now trains on RAdam), the
+    converged rule and seeds, at the chosen recipe: a post-norm family at every depth of the preset (Admin
+    at the deepest too, which the first converged comparison left out), a pre-norm family at the depths of
+    its converged runs (:func:`converged_families`).  The old ``conv-<fam>-<n>`` records stay (the report
+    marks them superseded once the new system has every seed)."""
     if not (p.converged_cap and p.sweep_updates):
         return []
     runs: List[Run] = []
-    for fam in SWEEP_FAMILIES:
+    for fam in tuned_families(p, results):
         rec = chosen_recipe(p, results or {}, fam, provisional)
-        if rec is None or rec == old_recipe(p):
+        if rec is None or rec == old_recipe(p, fam):
             continue
         lr, warmup, opt = rec
-        for n in p.depths:
+        for n in [n for n in p.depths if fam in SWEEP_FAMILIES or fam in converged_families(p, n, results)]:
             runs += seeded(retuned_name(fam, n), converged_seeds(seeds),
                            model=model_flags(p, n, p.decoder_layers, *FAMILIES[fam]), updates=p.converged_cap,
                            early_stop=True, patience=p.converged_patience, curve_every=p.curve_every, lr=lr,
@@ -584,27 +636,29 @@ def superseded(p: Preset, results: Dict[str, dict]) -> Dict[str, str]:
     """{old converged system: the reason} for every ``conv-<fam>-<n>`` whose retuned system has a
     record of every seed at the chosen recipe (:func:`retuned_records`)."""
     out = {}
-    old = old_recipe(p)
     for r in {r.system: r for r in retuned_runs(p, [1], results)}.values():  # one run per system
         fam, n = r.system[len("retuned-"):].rsplit("-", 1)
+        old = old_recipe(p, fam)
+        side = "post-norm default" if fam in SWEEP_FAMILIES else "pre-norm default"
+        why = " (chosen on test)" if fam in SWEEP_FAMILIES else ""
         if len(retuned_records(p, results, fam, int(n))) >= CONVERGED_SEEDS:
-            out[f"conv-{fam}-{n}"] = (f"superseded by {r.system}: trained at the post-norm default {old[0]:g} / "
-                                      f"{old[1]} on Adam (chosen on test), the sweep chose {r.lr:g} / {r.warmup} "
+            out[f"conv-{fam}-{n}"] = (f"superseded by {r.system}: trained at the {side} {old[0]:g} / "
+                                      f"{old[1]} on Adam{why}, the sweep chose {r.lr:g} / {r.warmup} "
                                       f"on {r.optimizer} (issue 77)")
     return out
 
 
 def side_wait(p: Preset, results: Dict[str, dict], fam: str, n: int) -> Optional[str]:
-    """Why a family at a depth has no current converged system yet (None when it has one: a family
-    outside the post-norm column, one whose chosen recipe is the old one, or a retuned system with
-    every seed)."""
-    if fam not in SWEEP_FAMILIES:
+    """Why a family at a depth has no current converged system yet (None when it has one: a family the
+    sweep does not tune (:func:`tuned_families`), one whose chosen recipe is the old one, or a retuned
+    system with every seed)."""
+    if fam not in tuned_families(p, results):
         return None
     rec = chosen_recipe(p, results, fam)
     if rec is None:
         return (f"{fam} failed at every point of the grid" if sweep_failed(p, results, fam)
                 else f"{fam}'s sweep is not complete")
-    if rec == old_recipe(p) or current_system(p, results, fam, n) != f"conv-{fam}-{n}":
+    if rec == old_recipe(p, fam) or current_system(p, results, fam, n) != f"conv-{fam}-{n}":
         return None
     return f"{retuned_name(fam, n)} has {len(retuned_records(p, results, fam, n))} of {CONVERGED_SEEDS} seeds"
 
@@ -676,7 +730,8 @@ def run_order(p: Preset) -> List[Tuple[str, str]]:
             + [(f"the {mid}-layer converged comparison, seed {s}", f"conv-*-{mid}-s{s}")
                for s in range(2, CONVERGED_SEEDS + 1)]
             + [(f"the {deep}-layer converged comparison", f"conv-*-{deep}-s*"),
-               ("the post-norm sweep and the pre-norm check", "sweep-*")]
+               ("the post-norm sweep and the pre-norm check (then the pre-norm sweep, where it calls for one)",
+                "sweep-*")]
             + [(f"the {n}-layer converged runs at the sweep's recipes", f"retuned-*-{n}-s*") for n in p.depths[::-1]]
             + [("the diagnostics of the post-norm failures", "diag-*"), ("Admin's large batch", "bigbatch-*"),
                ("everything else", "*")])

@@ -15,7 +15,7 @@ from .plan import (CONVERGED_SEEDS, DD_KINDS, FAMILIES, POST_NORM_FAMILIES, RECO
                    converged_families, dd_choice, dd_depth, headline_pairs, partials, run_order, run_updates,
                    postnorm_point, prenorm_check_runs, stat, sweep_choice, sweep_depth, sweep_edge, sweep_table,
                    valid_interval, diag_runs, sweep_name, BIGBATCH, chosen_recipe, old_recipe,
-                   retuned_name, superseded, SWEEP_FAMILIES, current_system,
+                   retuned_name, superseded, SWEEP_FAMILIES, current_system, family_grid, tuned_families, retuned_runs,
                    postnorm_column_pairs, waiting_runs, column_sides, finite_nll,
                    prenorm_check_verdict, sweep_failed, middle_depth, postnorm_schedule)
 from .stats import ALPHA, BOOTSTRAP_SAMPLES, SEED_SAMPLES, decode_stats, paired_bootstrap, seed_bootstrap
@@ -495,22 +495,28 @@ def sweep_section(p, results: Dict[str, dict]) -> List[str]:
     """Section 5: the post-norm column's tuning sweep (issue 77): family x grid point -> valid NLL at the
     budget, the chosen point (:func:`study.plan.sweep_choice`: the lowest valid NLL) in bold."""
     n, tab = sweep_depth(p), sweep_table(p, results)
-    head = [f"{lr:g} / {w}" for lr, w in p.sweep_grid]
+    grid = list(dict.fromkeys(pt for fam in tab for pt in family_grid(p, fam)))  # a pre-norm family's own point last
+    head = [f"{lr:g} / {w}" for lr, w in grid]
+    pre = [fam for fam in tab if fam not in SWEEP_FAMILIES]
     out = ["## 5. The post-norm column's recipe, chosen on valid (issue 77)", "",
-           f"Every post-norm family at {n} encoder layers ({p.decoder_layers} decoder layers), seed 1, "
+           f"Every post-norm family" + (f" and, since the pre-norm check below called for it, every pre-norm family "
+                                        f"({', '.join(DISPLAY[f] for f in pre)}; with its own point {p.lr:g} / "
+                                        f"{p.warmup} added to the grid)" if pre else "")
+           + f" at {n} encoder layers ({p.decoder_layers} decoder layers), seed 1, "
            f"{p.sweep_updates} updates of at most {p.max_tokens} tokens, no clipping, at each peak lr / warm-up "
            "of the grid (inverse-sqrt decay); Admin on RAdam (`--optimizer radam`, as its authors train it), the "
            "others on Adam (0.9, 0.98). Each cell is the valid NLL (bits/token) of the average of the last 3 "
            "checkpoints; the test set is not translated (`study/evaluate.py --valid-only`). The rule "
            "(`study.plan.sweep_choice`): a family's recipe is its grid point with the lowest valid NLL, "
-           "chosen once every point has finished (**bold**); `…` not run yet, `diverged` a run that failed.", "",
+           "chosen once every point has finished (**bold**); `…` not run yet, `diverged` a run that failed, "
+           "`—` a point outside the family's grid.", "",
            "| family | " + " | ".join(head) + " | chosen |", "|---" * (len(head) + 2) + "|"]
     for fam, row in tab.items():
         best = sweep_choice(p, results, fam)
         cells = []
-        for pt in p.sweep_grid:
-            v = row[pt]
-            cell = "…" if v is None else ("diverged" if not math.isfinite(v) else f"{v:.3f}")
+        for pt in grid:
+            v = row.get(pt, "—")
+            cell = v if v == "—" else "…" if v is None else ("diverged" if not math.isfinite(v) else f"{v:.3f}")
             cells.append(f"**{cell}**" if pt == best else cell)
         out.append(f"| {fam}-{n} | " + " | ".join(cells) + " | "
                    + (f"{best[0]:g} / {best[1]}" if best else "none: failed at every point of the grid"
@@ -519,7 +525,7 @@ def sweep_section(p, results: Dict[str, dict]) -> List[str]:
     edges = [(fam, sweep_edge(p, results, fam)) for fam in tab]
     edges = [(fam, e) for fam, e in edges if e]
     if edges:
-        rates = sorted({lr for lr, _ in p.sweep_grid})
+        rates = sorted({lr for lr, _ in grid})
         out += ["", "On the grid's edge (`study.plan.sweep_edge`): the lowest valid NLL so far lies at the grid's "
                 + "; ".join(f"{e} peak rate ({rates[-1] if e == 'highest' else rates[0]:g}) for {fam}" for fam, e in edges)
                 + ". The rule chooses inside the grid, so a rate beyond it was not tried: the optimum may lie there."]
@@ -530,7 +536,8 @@ def sweep_section(p, results: Dict[str, dict]) -> List[str]:
             f"and rule, at their own point ({p.lr:g} / {p.warmup}) and at the post-norm column's (the point most "
             "of its families chose, `study.plan.postnorm_point`: "
             + (f"{point[0]:g} / {point[1]}" if point else "not chosen yet") + "). Where the other point is better "
-            "on valid, the pre-norm families get the whole grid and their converged runs are redone.", "",
+            "on valid for either, every pre-norm family gets the grid (with its own point; `study.plan.prenorm_tuned`) "
+            "and its converged runs are redone where its choice moves.", "",
             "| system | point | valid NLL |", "|---|---|---|"]
     for r in check:
         res = results.get(r.name)
@@ -541,29 +548,34 @@ def sweep_section(p, results: Dict[str, dict]) -> List[str]:
     if verdict:
         out += [""] + [f"- {fam}-{mid}: " + ("its own point is better on valid (or as good): its runs stand" if v == "own"
                                               else "the column's point is better on valid: the pre-norm families "
-                                                   "need the grid and their converged runs redone (not planned yet)")
+                                                   "get the grid (the rows above) and, where it chooses another "
+                                                   "recipe, their converged runs again (the table below)")
                        for fam, v in verdict.items()]
     old = old_recipe(p)
     out += ["", "The converged runs again (issue 77, part 3): each family whose chosen recipe differs from the one "
-            f"its converged runs used ({old[0]:g} / {old[1]} on Adam) is retrained at every depth "
-            f"({', '.join(map(str, p.depths))}; 6 and 12 layers at the 24-layer choice, no grid is run there) by the "
-            "converged rule with 3 seeds, as `retuned-<family>-<depth>`; the old records stay, marked superseded "
-            "once the new system has every seed.", "", "| family | recipe | converged runs |", "|---|---|---|"]
+            f"its converged runs used ({old[0]:g} / {old[1]} on Adam for the post-norm column"
+            + (f", {p.lr:g} / {p.warmup} on Adam for the pre-norm families" if pre else "")
+            + ") is retrained by the converged rule with 3 seeds, as `retuned-<family>-<depth>`: a post-norm "
+            f"family at every depth ({', '.join(map(str, p.depths))}; the shallower ones at the {n}-layer choice, no "
+            "grid is run there)" + (", a pre-norm family at the depths of its converged runs" if pre else "")
+            + "; the old records stay, marked superseded once the new system has every seed.", "",
+            "| family | recipe | converged runs |", "|---|---|---|"]
     gone = superseded(p, results)
-    for fam in SWEEP_FAMILIES:
+    planned_retuned = {r.system for r in retuned_runs(p, [1], results)}
+    for fam in tab:
         rec = chosen_recipe(p, results, fam)
         if rec is None:
             what, runs = "not chosen yet", "wait for the sweep"
-        elif rec == old:
+        elif rec == old_recipe(p, fam):
             what, runs = f"{rec[0]:g} / {rec[1]} on {rec[2]}", "unchanged: the old converged runs stand"
         else:
             what = f"{rec[0]:g} / {rec[1]} on {rec[2]}"
-            runs = "; ".join(f"{retuned_name(fam, n)}: " + ("done, supersedes conv-" + f"{fam}-{n}"
-                                                             if f"conv-{fam}-{n}" in gone else "planned")
-                             for n in p.depths)
+            runs = "; ".join(f"{retuned_name(fam, d)}: " + ("done, supersedes conv-" + f"{fam}-{d}"
+                                                             if f"conv-{fam}-{d}" in gone else "planned")
+                             for d in p.depths if retuned_name(fam, d) in planned_retuned)
         out.append(f"| {fam} | {what} | {runs} |")
     systems = by_system(results)
-    new = [retuned_name(fam, n) for n in p.depths for fam in SWEEP_FAMILIES if retuned_name(fam, n) in systems]
+    new = [retuned_name(fam, d) for d in p.depths for fam in tab if retuned_name(fam, d) in systems]
     if new:
         out += ["", "The retuned systems so far (as section 1b; a system supersedes its `conv-` one once it has a "
                 "record of every seed at its family's chosen recipe):", ""]
@@ -805,7 +817,7 @@ def waiting_sentence(p, results: Dict[str, dict], planned: Sequence[str]) -> str
             if old:
                 guess += statistics.mean(x["train_seconds"] * _threads(x.get("machine") or {}) for x in old) / 3600
                 like.append(r.name)
-        fams = sorted({family_of(r.system) for r in conv}, key=SWEEP_FAMILIES.index)
+        fams = sorted({family_of(r.system) for r in conv}, key=list(DISPLAY).index)
         parts.append(f"the converged runs again for {', '.join(DISPLAY[f] for f in fams)} ({len(conv)} runs at "
                      f"{', '.join(sorted({f'{r.lr:g} / {r.warmup} on {r.optimizer}' for r in conv}))}: ≤ "
                      f"{remaining_hours(p, [r.name for r in conv], results):.0f} core-hours at the cap"
@@ -1046,7 +1058,7 @@ def evidence_rows(results: Dict[str, dict], p) -> List[Tuple[str, int, List[dict
     systems, rows = by_system(results), []
     for n in p.depths:
         fams = converged_families(p, n, results)
-        fams += [f for f in SWEEP_FAMILIES if f not in fams and retuned_name(f, n) in systems]
+        fams += [f for f in tuned_families(p, results) if f not in fams and retuned_name(f, n) in systems]
         for fam in fams:
             if fam in ("prenorm", "postnorm"):
                 ref_fam, rn = (None, None) if n == p.depths[0] else (fam, p.depths[0])

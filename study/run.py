@@ -38,7 +38,7 @@ from .launcher import Deadline, Launcher
 from .plan import (
     REPO, REPRODUCED, Preset, Run, close_systems, choose_dd_depth, converged_runs, dd_compare_runs,
     dd_search_runs, finished, matched_updates, headline_pairs, independent_runs, model_flags, partial_path,
-    record_path, prenorm_check_runs, postnorm_schedule, retuned_runs, seeded, ssl_stage1, teacher_run)
+    record_path, prenorm_check_runs, prenorm_sweep_runs, postnorm_schedule, retuned_runs, seeded, ssl_stage1, teacher_run)
 
 # --user-dir of every command: the installed package (the one lookup, deepnmt_fairseq/jobs/fairseq_argv.py)
 USER_DIR = user_dir()
@@ -679,7 +679,15 @@ def run_study(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int]
                 d.mkdir(parents=True, exist_ok=True)
                 (d / "dd-depth.json").write_text(json.dumps({"depth": dec, "why": why}) + "\n")
             log(f"deep decoder: {why}")
-    study.run_all(dependent_runs(study, p, only, seeds, results, dec, jobs), jobs)
+    # phase 2 again while it finds runs it has not tried: a run that needs phase 2's results (issue 77:
+    # the pre-norm sweep needs the pre-norm check at the column's point, the pre-norm families' converged
+    # runs need that sweep); a run that failed is tried once per command, as in the other phases
+    todo = dependent_runs(study, p, only, seeds, results, dec, jobs)
+    tried: set = set()
+    while todo:
+        tried.update(r.name for r in todo)
+        study.run_all(todo, jobs)
+        todo = [r for r in tuning_runs(study, p, only, seeds) if r.name not in tried]
     # phase 3: a third seed of both systems of every close headline comparison (issue 16)
     close, seed = close_systems(p, finished(study.work, study.records), dec), [max(seeds) + 1]
     # only the studies with a close comparison (a dependent run may need a checkpoint rebuilt)
@@ -690,6 +698,19 @@ def run_study(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int]
     if third:
         log(f"a third seed (under {p.close_bleu} BLEU apart): {', '.join(r.name for r in third)}")
         study.run_all(third, jobs)
+
+
+def tuning_runs(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int]) -> List[Run]:
+    """The runs of issue 77 that wait for the sweep, not finished yet, as the finished runs plan them: the
+    pre-norm check at the post-norm column's chosen point (part 2), the pre-norm families' sweep where the
+    check calls for one, and the converged runs again at the sweep's recipes (part 3).  Phase 2 asks again
+    after each round, since each of these can wait for the one before."""
+    done, runs = finished(study.work, study.records), []
+    if "postnorm-sweep" in only:
+        runs += prenorm_check_runs(p, done) + prenorm_sweep_runs(p, done)
+    if "converged" in only:
+        runs += retuned_runs(p, seeds, done)
+    return [r for r in runs if study.result(r.name) is None]
 
 
 def dependent_runs(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int], results: Dict[str, dict],
@@ -705,10 +726,7 @@ def dependent_runs(study: Study, p: Preset, only: Sequence[str], seeds: Sequence
         runs += gpkd_student_runs(study, p, seeds, jobs)
     if "ssl" in only and not results.get(ssl_stage1(p).name, {}).get("diverged", True):
         runs += ssl_stage2_runs(study, p, seeds)
-    if "postnorm-sweep" in only:  # the pre-norm check at the post-norm column's chosen point (issue 77, part 2)
-        runs += [r for r in prenorm_check_runs(p, finished(study.work, study.records)) if study.result(r.name) is None]
-    if "converged" in only:  # the post-norm column's converged runs at the sweep's recipes (issue 77, part 3)
-        runs += [r for r in retuned_runs(p, seeds, finished(study.work, study.records)) if study.result(r.name) is None]
+    runs += tuning_runs(study, p, only, seeds)
     if "converged" in only:  # the deepest depth's transparent variant: the better one at the middle depth
         runs += [r for r in converged_runs(p, seeds, finished(study.work, study.records))
                  if study.result(r.name) is None]

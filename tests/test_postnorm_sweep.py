@@ -485,3 +485,93 @@ def test_a_grid_that_grew_keeps_its_work_directory_and_one_that_lost_a_point_is_
     stamp(grid + [(4e-3, 600)])  # the directory's grid holds a point this one lacks
     with pytest.raises(SystemExit, match="other settings.*sweep_grid"):
         plan.stamp_settings(tmp_path, CPU, "--work-dir")
+
+
+class _NllStudy:
+    """A Study that trains nothing: every run "finishes" with the valid NLL ``nll(run)`` and a command
+    that carries its recipe (as fairseq-train's would); the names it trained are kept, in order."""
+
+    def __init__(self, work, nll):
+        self.work, self.nll, self.trained, self.records = work, nll, [], None
+
+    def result(self, name, work_only=False):
+        done = self.work / "runs" / name / "done.json"
+        return json.loads(done.read_text()) if done.exists() else None
+
+    def run_all(self, runs, jobs):
+        out = {}
+        for r in runs:
+            done = self.work / "runs" / r.name / "done.json"
+            if not done.exists():
+                self.trained.append(r.name)
+                done.parent.mkdir(parents=True, exist_ok=True)
+                lr, w = r.lr or CPU.lr, r.warmup or CPU.warmup
+                done.write_text(json.dumps({
+                    "name": r.name, "system": r.system, "seed": r.seed, "diverged": False, "bleu": 20.0,
+                    "valid_nll": self.nll(r), "returncode": 0,
+                    "command": f"fairseq-train --lr {lr:g} --warmup-updates {w} --optimizer {r.optimizer or 'adam'}"}))
+            out[r.name] = json.loads(done.read_text())
+        return out
+
+
+@pytest.mark.parametrize("prenorm_prefers_the_column", [True, False])
+def test_a_pre_norm_check_that_prefers_the_columns_point_sweeps_the_pre_norm_families_in_the_same_command(
+        tmp_path, prenorm_prefers_the_column):
+    """Issue 77, part 2: "If the other point is better on valid, the pre-norm families get the same grid and
+    their converged runs are redone as well." One study command goes the whole chain (each step waits for
+    the one before): the post-norm sweep, the pre-norm check at the column's choice, the pre-norm families'
+    sweep on the grid plus their own point, and the converged runs again where a choice moved; where the
+    check keeps the own point, no pre-norm run is added."""
+    from study import run as runner
+    from study.report import sweep_section
+
+    column, pre_best, own = (2e-3, 1000), (1e-3, 1000), (CPU.lr, CPU.warmup)
+
+    def nll(r):
+        point = (r.lr, r.warmup)
+        if r.name.startswith("sweep-") and "-12-" in r.name:  # the pre-norm check (prenorm and MSC at 12 layers)
+            better = prenorm_prefers_the_column and "-prenorm-" in r.name
+            return 4.0 if point == (column if better else own) else 4.5
+        if r.name.startswith("sweep-"):
+            fam = r.system.split("-", 3)[3].rsplit("-", 1)[0]
+            return 4.0 if point == (column if fam in plan.SWEEP_FAMILIES else pre_best) else 5.0
+        return 4.0
+
+    study = _NllStudy(tmp_path, nll)
+    runner.run_study(study, CPU, ["postnorm-sweep", "converged"], [1, 2], jobs=1)
+    res = plan.finished(tmp_path)
+    pre = [f for f in plan.PRENORM_FAMILIES if f in (CPU.families or plan.FAMILIES)]
+    n = plan.sweep_depth(CPU)
+    pre_sweep = {plan.sweep_name(f, n, *pt) for f in pre for pt in plan.family_grid(CPU, f)}
+    retuned_pre = {x for x in study.trained if x.startswith("retuned-") and x.split("-")[1] in ("prenorm", "dlcl", "msc", "transparent")
+                   and "-post-" not in x}
+    if not prenorm_prefers_the_column:
+        assert plan.prenorm_check_verdict(CPU, res) == {"prenorm": "own", "msc": "own"}
+        assert not pre_sweep & set(study.trained) and not retuned_pre
+        assert plan.tuned_families(CPU, res) == plan.SWEEP_FAMILIES
+        return
+    assert plan.prenorm_check_verdict(CPU, res) == {"prenorm": "other", "msc": "own"}
+    assert own in plan.family_grid(CPU, "prenorm") and own not in plan.family_grid(CPU, "postnorm")
+    assert len(plan.family_grid(CPU, "prenorm")) == len(CPU.sweep_grid) + 1
+    assert pre_sweep <= set(study.trained)  # every pre-norm family, every point, in this one command
+    check = study.trained.index(plan.sweep_name("prenorm", plan.middle_depth(CPU), *column))
+    assert check < min(study.trained.index(x) for x in pre_sweep) < min(study.trained.index(x) for x in retuned_pre)
+    for fam in pre:
+        assert plan.sweep_choice(CPU, res, fam) == pre_best and plan.chosen_recipe(CPU, res, fam) == (*pre_best, "adam")
+        depths = [d for d in CPU.depths if fam in plan.converged_families(CPU, d, res)]
+        assert {f"retuned-{fam}-{d}-s{s}" for d in depths for s in (1, 2, 3)} <= retuned_pre
+        for d in depths:  # the old converged system is superseded, with the pre-norm default named
+            why = plan.superseded(CPU, res)[f"conv-{fam}-{d}"]
+            assert f"pre-norm default {own[0]:g} / {own[1]}" in why and "chosen on test" not in why
+            assert plan.current_system(CPU, res, fam, d) == f"retuned-{fam}-{d}"
+    assert "transparent-pre" not in plan.converged_families(CPU, CPU.depths[-1], res)  # not run at 24 before
+    assert not any(x.startswith(f"retuned-transparent-pre-{CPU.depths[-1]}-") for x in study.trained)
+    text = "\n".join(sweep_section(CPU, res))
+    assert f"| prenorm-{n} |" in text and f"| {pre_best[0]:g} / {pre_best[1]} |" in text
+    assert f"| postnorm-{n} |" in text.split(f"| prenorm-{n} |")[0]
+    post_row = next(line for line in text.splitlines() if line.startswith(f"| postnorm-{n} |"))
+    assert post_row.count("—") == 1  # the pre-norm families' own point is outside the column's grid
+    # a second command finds nothing left to train
+    before = list(study.trained)
+    runner.run_study(study, CPU, ["postnorm-sweep", "converged"], [1, 2], jobs=1)
+    assert study.trained == before
