@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import statistics
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -139,6 +140,12 @@ FAMILIES = {  # depth-study systems: flags on top of --encoder-layers N --decode
 # the reference a depth-study system is called against: the plain stack of its norm placement
 # (transparent-post, DeepNorm and Admin are post-norm: "does it rescue post-norm?")
 POST_NORM_FAMILIES = ("transparent-post", "deepnorm", "admin")
+
+
+def reference_family(fam: str) -> str:
+    """The plain stack a method family is called against: post-norm for :data:`POST_NORM_FAMILIES`,
+    pre-norm for the others (a plain stack is its own reference, across depths)."""
+    return "postnorm" if fam == "postnorm" or fam in POST_NORM_FAMILIES else "prenorm"
 # the committed results of the finished runs, per preset (``--records``)
 RECORDS = Path("benchmarks") / "results" / "fidelity"
 PARTIAL = "partial"  # <records>/partial/<run>.json: runs a deadline stopped (partial_path)
@@ -389,6 +396,13 @@ def _sweep_run(p: Preset, fam: str, lr: float, w: int) -> Run:
     return Run(sweep_name(fam, n, lr, w), sweep_name(fam, n, lr, w).rsplit("-s", 1)[0], 1,
                model_flags(p, n, p.decoder_layers, *FAMILIES[fam]), updates=p.sweep_updates, lr=lr, warmup=w,
                optimizer=SWEEP_OPTIMIZER.get(fam, "adam"), valid_only=True, valid_log=True)
+
+
+def sweep_point(system: str) -> Optional[Tuple[str, float, int, int]]:
+    """(family, peak lr, warm-up, depth) of a sweep system or run name (:func:`sweep_name`); None for
+    another name.  A rate such as 1e-05 holds a hyphen, so the name is parsed, not split."""
+    m = re.fullmatch(r"sweep-lr(\d[\d.]*(?:e[-+]?\d+)?)-w(\d+)-(.+?)-(\d+)(?:-s\d+)?", system)
+    return None if m is None else (m.group(3), float(m.group(1)), int(m.group(2)), int(m.group(4)))
 
 
 def sweep_runs(p: Preset, results: Optional[Dict[str, dict]] = None) -> List[Run]:
@@ -772,7 +786,7 @@ def headline_pairs(p: Preset, dd_depth: Optional[int] = None) -> Dict[str, List[
     dec = dd_depth or p.dd_depths[-1]
     base, student, skd = f"prenorm-{p.depths[0]}", f"gpkd-student-{p.depths[0]}", f"skd-only-{p.depths[0]}"
     return {
-        "depth": [(f"{fam}-{n}", f"{'postnorm' if fam in POST_NORM_FAMILIES else 'prenorm'}-{n}")
+        "depth": [(f"{fam}-{n}", f"{reference_family(fam)}-{n}")
                   for n in p.depths for fam in fams if fam not in ("prenorm", "postnorm")],
         "deep-decoder": [(f"dd-plain-{p.dd_encoder}-{dec}", f"dd-plain-{p.dd_encoder}-{p.dd_depths[0]}")]  # premise
         + [(f"dd-{k}-{p.dd_encoder}-{dec}", f"dd-plain-{p.dd_encoder}-{dec}") for k in DD_KINDS[1:]],
@@ -780,7 +794,7 @@ def headline_pairs(p: Preset, dd_depth: Optional[int] = None) -> Dict[str, List[
                  # matched compute: the baseline and the SKD-only student trained as long as teacher + student
                  (student, f"{base}-matched"), (student, f"{skd}-matched")],
         "ssl": [(f"ssl-stage2-skip-{p.ssl_layers}", f"ssl-stage2-plain-{p.ssl_layers}")],
-        "converged": [(f"conv-{fam}-{n}", f"conv-{'postnorm' if fam in POST_NORM_FAMILIES else 'prenorm'}-{n}")
+        "converged": [(f"conv-{fam}-{n}", f"conv-{reference_family(fam)}-{n}")
                       for n in p.depths for fam in fams if fam not in ("prenorm", "postnorm")]
         + [(f"conv-{fam}-{n}", f"conv-{fam}-{p.depths[0]}") for n in p.depths[1:] for fam in fams],
     }

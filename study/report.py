@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .plan import (CONVERGED_SEEDS, DD_KINDS, FAMILIES, POST_NORM_FAMILIES, RECORDS, REPO, REPORTS, by_system,
+from .plan import (CONVERGED_SEEDS, DD_KINDS, FAMILIES, RECORDS, REPO, REPORTS, by_system,
                    converged_families, dd_choice, dd_depth, headline_pairs, partials, run_order, run_updates,
                    postnorm_point, prenorm_check_runs, stat, sweep_choice, sweep_depth, sweep_edge, sweep_table,
                    valid_interval, diag_runs, sweep_name, BIGBATCH, chosen_recipe, old_recipe,
                    retuned_name, superseded, SWEEP_FAMILIES, current_system, family_grid, tuned_families, retuned_runs,
                    postnorm_column_pairs, waiting_runs, column_sides, finite_nll,
-                   prenorm_check_verdict, sweep_failed, middle_depth, postnorm_schedule)
+                   prenorm_check_verdict, sweep_failed, middle_depth, postnorm_schedule, sweep_point, reference_family)
 from .stats import ALPHA, BOOTSTRAP_SAMPLES, SEED_SAMPLES, decode_stats, paired_bootstrap, seed_bootstrap
 
 FINDINGS = Path(__file__).with_name("findings.md")
@@ -542,7 +542,7 @@ def sweep_section(p, results: Dict[str, dict]) -> List[str]:
     for r in check:
         res = results.get(r.name)
         v = None if res is None else finite_nll(res)
-        out.append(f"| {r.system.rsplit('-', 1)[0].split('-', 3)[3]}-{mid} | {r.lr:g} / {r.warmup} | "
+        out.append(f"| {sweep_point(r.system)[0]}-{mid} | {r.lr:g} / {r.warmup} | "
                    + ("…" if v is None else "diverged" if not math.isfinite(v) else f"{v:.3f}") + " |")
     verdict = prenorm_check_verdict(p, results)
     if verdict:
@@ -1063,7 +1063,7 @@ def evidence_rows(results: Dict[str, dict], p) -> List[Tuple[str, int, List[dict
             if fam in ("prenorm", "postnorm"):
                 ref_fam, rn = (None, None) if n == p.depths[0] else (fam, p.depths[0])
             else:
-                ref_fam, rn = ('postnorm' if fam in POST_NORM_FAMILIES else 'prenorm'), n
+                ref_fam, rn = reference_family(fam), n
             name, ref = current_pair(p, results, fam, n, ref_fam, rn)
             if name not in systems:
                 continue

@@ -533,7 +533,7 @@ def test_a_pre_norm_check_that_prefers_the_columns_point_sweeps_the_pre_norm_fam
             better = prenorm_prefers_the_column and "-prenorm-" in r.name
             return 4.0 if point == (column if better else own) else 4.5
         if r.name.startswith("sweep-"):
-            fam = r.system.split("-", 3)[3].rsplit("-", 1)[0]
+            fam = plan.sweep_point(r.system)[0]
             return 4.0 if point == (column if fam in plan.SWEEP_FAMILIES else pre_best) else 5.0
         return 4.0
 
@@ -575,3 +575,15 @@ def test_a_pre_norm_check_that_prefers_the_columns_point_sweeps_the_pre_norm_fam
     before = list(study.trained)
     runner.run_study(study, CPU, ["postnorm-sweep", "converged"], [1, 2], jobs=1)
     assert study.trained == before
+
+
+def test_a_sweep_name_is_parsed_back_to_its_point_even_where_the_rate_holds_a_hyphen():
+    """sweep_name writes the rate with :g, so 1e-05 puts a hyphen into the name: the family, rate,
+    warm-up and depth still come back as written, from the run's name and its system's."""
+    for fam in ("postnorm", "transparent-post", "msc"):
+        for lr in (3e-3, 1e-05, 2.5e-4, 1.0):
+            name = plan.sweep_name(fam, 24, lr, 600, seed=2)
+            assert plan.sweep_point(name) == plan.sweep_point(name.rsplit("-s", 1)[0]) == (fam, lr, 600, 24)
+    assert plan.sweep_point("conv-postnorm-24-s1") is None and plan.sweep_point("retuned-admin-6") is None
+    assert plan.reference_family("deepnorm") == plan.reference_family("postnorm") == "postnorm"
+    assert plan.reference_family("msc") == plan.reference_family("transparent-pre") == "prenorm"
