@@ -457,7 +457,8 @@ def test_the_findings_and_the_readme_quote_the_sweep_as_its_records_have_it():
     """The hand-written round-4 findings quote every finished 24-layer sweep point's valid NLL as its
     record has it, and the findings and the README say how many of the grid's points have run: a new
     record without the words that go with it fails here."""
-    records = {f.stem: json.loads(f.read_text()) for f in (REPO / plan.RECORDS / "cpu").glob("sweep-*-24-s1.json")}
+    records = {f.stem: json.loads(f.read_text()) for f in (REPO / plan.RECORDS / "cpu").glob("sweep-*-24-s1.json")
+               if plan.sweep_point(f.stem)[0] in plan.SWEEP_FAMILIES}  # the pre-norm sweep has its own words
     total = len(plan.SWEEP_FAMILIES) * len(CPU.sweep_grid)
     text = " ".join((REPO / "study" / "findings.md").read_text().split())
     para = text.split("**Round 4 (issue 77)")[1].split("**Round 3")[0]
