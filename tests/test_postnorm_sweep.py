@@ -469,6 +469,19 @@ def test_the_findings_and_the_readme_quote_the_sweep_as_its_records_have_it():
     assert f"{len(records)} of {total} grid points" in readme
 
 
+def test_the_findings_quote_every_diagnostic_run_as_its_record_has_it():
+    """The hand-written paragraph on DeepNet's/Admin's early-change diagnostics (section 5b) quotes each
+    finished ``diag-*`` run's valid NLL at update 1000 (2 decimals) as its record has it: a new or
+    changed diagnostic record without the words that go with it fails here."""
+    records = {f.stem: json.loads(f.read_text()) for f in (REPO / plan.RECORDS / "cpu").glob("diag-*-24-s1.json")}
+    assert len(records) >= 2
+    text = " ".join((REPO / "study" / "findings.md").read_text().split())
+    para = text.split("Built for the rest of the issue: DeepNet's/Admin's early-change diagnostics")[1]
+    para = para.split("**Round 3")[0]
+    for name, r in records.items():
+        assert f"{r['valid_nll']:.2f}" in para, name
+
+
 def test_a_grid_that_grew_keeps_its_work_directory_and_one_that_lost_a_point_is_refused(tmp_path):
     """Sweep runs are named by their point, so a directory stamped with a smaller grid is reused and its
     stamp takes the larger one; a grid that lost a point (or moved one) is refused as other settings."""
