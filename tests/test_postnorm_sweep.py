@@ -453,15 +453,25 @@ def test_the_run_order_puts_the_sweep_then_the_deepest_retuned_runs_then_the_dia
     assert max(by_kind("diag-")) < min(by_kind("bigbatch-")) and steps[max(by_kind("bigbatch-"))][0] != "*"
 
 
+def _committed(pattern):
+    """{run: record} of the committed cpu records matching ``pattern`` (a glob, without .json)."""
+    return {f.stem: json.loads(f.read_text()) for f in (REPO / plan.RECORDS / "cpu").glob(pattern + ".json")}
+
+
+def _findings_after(start):
+    """The findings (whitespace folded) from ``start`` to the next round's heading ("**Round 3")."""
+    text = " ".join((REPO / "study" / "findings.md").read_text().split())
+    return text.split(start)[1].split("**Round 3")[0]
+
+
 def test_the_findings_and_the_readme_quote_the_sweep_as_its_records_have_it():
     """The hand-written round-4 findings quote every finished 24-layer sweep point's valid NLL as its
     record has it, and the findings and the README say how many of the grid's points have run: a new
     record without the words that go with it fails here."""
-    records = {f.stem: json.loads(f.read_text()) for f in (REPO / plan.RECORDS / "cpu").glob("sweep-*-24-s1.json")
-               if plan.sweep_point(f.stem)[0] in plan.SWEEP_FAMILIES}  # the pre-norm sweep has its own words
+    records = {k: r for k, r in _committed("sweep-*-24-s1").items()
+               if plan.sweep_point(k)[0] in plan.SWEEP_FAMILIES}  # the pre-norm sweep has its own words
     total = len(plan.SWEEP_FAMILIES) * len(CPU.sweep_grid)
-    text = " ".join((REPO / "study" / "findings.md").read_text().split())
-    para = text.split("**Round 4 (issue 77)")[1].split("**Round 3")[0]
+    para = _findings_after("**Round 4 (issue 77)")
     for name, r in records.items():
         assert f"{r['valid_nll']:.3f}" in para, name
     assert f"({len(records)} of the grid's {total} points)" in para
@@ -473,11 +483,9 @@ def test_the_findings_quote_every_diagnostic_run_as_its_record_has_it():
     """The hand-written paragraph on DeepNet's/Admin's early-change diagnostics (section 5b) quotes each
     finished ``diag-*`` run's valid NLL at update 1000 (2 decimals) as its record has it: a new or
     changed diagnostic record without the words that go with it fails here."""
-    records = {f.stem: json.loads(f.read_text()) for f in (REPO / plan.RECORDS / "cpu").glob("diag-*-24-s1.json")}
+    records = _committed("diag-*-24-s1")
     assert len(records) >= 2
-    text = " ".join((REPO / "study" / "findings.md").read_text().split())
-    para = text.split("Built for the rest of the issue: DeepNet's/Admin's early-change diagnostics")[1]
-    para = para.split("**Round 3")[0]
+    para = _findings_after("Built for the rest of the issue: DeepNet's/Admin's early-change diagnostics")
     for name, r in records.items():
         assert f"{r['valid_nll']:.2f}" in para, name
 
