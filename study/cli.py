@@ -77,7 +77,8 @@ import time
 
 from .launcher import Deadline
 from .plan import PRESETS, STUDIES, dd_depth, finished, outputs, planned, stamp_settings
-from .report import write_report
+from .report import is_committed, write_report
+from .retune import write as write_retune
 from .run import Study, log, prepare, run_study
 
 
@@ -173,6 +174,8 @@ def main(argv=None):
         signalled = study.launch.signalled if stopped else None  # a signal as the study ended: no matter
     results = finished(work, records)
     (work / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    if is_committed(p, report):  # issue 77's generated words first: the report embeds the findings
+        write_retune(p, results)
     write_report(results, p, report, work, planned(p, a.seeds, dd_depth(work, records), results),
                  records=records)
     log(f"report: {report} ({len(results)} runs)")

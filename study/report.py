@@ -240,10 +240,17 @@ def _postnorm_schedule(p) -> str:
     return "" if (lr, warmup) == (p.lr, p.warmup) else f" (post-norm runs: lr {lr}, {warmup} warm-up updates)"
 
 
+def is_committed(p, path: Path) -> bool:
+    """Whether ``path`` is the committed CPU report: the one that also writes README's generated blocks
+    (the evidence table here, issue 77's words in :mod:`study.retune`) and the findings' generated block."""
+    return p.name == "cpu" and Path(path).resolve() == (REPO / REPORTS[p.name]).resolve()
+
+
 def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
                  planned: Optional[List[str]] = None, records: Optional[Path] = None) -> None:
     p = preset
     systems = by_system(results)
+    committed = is_committed(p, path)
     dd_sel = dd_choice(work, records)
     pairs = headline_pairs(p, dd_sel["depth"] if dd_sel else None)
 
@@ -487,7 +494,7 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
         lines.append(f"- `{name}` (unfinished, section 1c; stopped after {r.get('train_seconds', 0):.0f} s of "
                      f"training): `{current(r.get('command', ''))}`")
     path.write_text("\n".join(lines) + "\n")
-    if p.name in REPORTS and Path(path).resolve() == (REPO / REPORTS[p.name]).resolve() and p.name == "cpu":
+    if committed:
         write_evidence_table(results, p)  # the committed report's records: README's table and its page
 
 

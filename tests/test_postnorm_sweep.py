@@ -464,19 +464,102 @@ def _findings_after(start):
     return text.split(start)[1].split("**Round 3")[0]
 
 
-def test_the_findings_and_the_readme_quote_the_sweep_as_its_records_have_it():
-    """The hand-written round-4 findings quote every finished 24-layer sweep point's valid NLL as its
-    record has it, and the findings and the README say how many of the grid's points have run: a new
-    record without the words that go with it fails here."""
-    records = {k: r for k, r in _committed("sweep-*-24-s1").items()
-               if plan.sweep_point(k)[0] in plan.SWEEP_FAMILIES}  # the pre-norm sweep has its own words
-    total = len(plan.SWEEP_FAMILIES) * len(CPU.sweep_grid)
-    para = _findings_after("**Round 4 (issue 77)")
-    for name, r in records.items():
-        assert f"{r['valid_nll']:.3f}" in para, name
-    assert f"({len(records)} of the grid's {total} points)" in para
-    readme = " ".join((REPO / "README.md").read_text().split())
-    assert f"{len(records)} of {total} grid points" in readme
+def _between(text, start, end):
+    assert start in text and end in text, (start, end)
+    return text.split(start, 1)[1].split(end, 1)[0]
+
+
+def test_the_committed_findings_and_readme_are_what_the_committed_records_generate(tmp_path):
+    """Issue 77's "Done when": the study's report regenerates the findings from the records.  The round-4
+    block of study/findings.md and the README's sentence are exactly what ``study.retune`` writes from
+    the committed records alone (no work directory), and the block quotes every sweep record's valid
+    NLL: a record committed without ``python -m study --report-only`` fails here."""
+    from study import retune
+
+    results = plan.finished(tmp_path, REPO / plan.RECORDS / "cpu")
+    findings = (REPO / "study" / "findings.md").read_text()
+    block = _between(findings, retune.FINDINGS_START, retune.FINDINGS_END)
+    assert block == "\n" + retune.findings_block(CPU, results)
+    readme = (REPO / "README.md").read_text()
+    assert _between(readme, retune.README_START, retune.README_END) == retune.readme_sentence(CPU, results)
+    sweeps = _committed("sweep-*-24-s1")
+    assert len(sweeps) >= len(plan.SWEEP_FAMILIES) * len(CPU.sweep_grid)
+    for name, r in sweeps.items():
+        assert f"{r['valid_nll']:.3f}" in block, name
+    assert "(docs/fidelity.md)" in readme and "section 5" in _between(readme, retune.README_START, retune.README_END)
+
+
+def test_the_generated_words_follow_the_records():
+    """Where a family leaves the plateau, where the warm-up decides it, whether the old recipe held a
+    family back, and the calls made on the retuned systems: each sentence changes with the records."""
+    from study import retune
+
+    grid = list(CPU.sweep_grid)
+    old = (CPU.postnorm_lr, CPU.postnorm_warmup)
+    rates = sorted({lr for lr, _ in grid})
+    vals = {(fam, pt): 5.8 for fam in plan.SWEEP_FAMILIES for pt in grid}
+    for pt in grid:  # transparent: off the plateau from the second rate up
+        if pt[0] >= rates[1]:
+            vals[("transparent-post", pt)] = 4.0 - pt[0]
+    vals[("deepnorm", (old[0], 1000))] = 4.2  # DeepNorm: one point off, the old recipe's rate with 1000
+    res = _records(vals)
+    block = retune.findings_block(CPU, res)
+    line = {fam: next(x for x in block.splitlines() if x.startswith(f"- **{report_name}**"))
+            for fam, report_name in (("postnorm", "post-norm"), ("deepnorm", "DeepNorm"),
+                                     ("transparent-post", "transparent (post-norm)"))}
+    assert "Off the plateau at no point." in line["postnorm"]
+    assert f"Off the plateau at every point from {retune._lr(rates[1])} up." in line["transparent-post"]
+    assert f"Off the plateau at {retune._lr(old[0])} / 1000 only." in line["deepnorm"]
+    assert f"Chosen: {retune._lr(old[0])} / 1000 (4.200)" in line["deepnorm"]
+    assert f"the warm-up decides the side of the plateau for DeepNorm at {retune._lr(old[0])} (5.800 with " \
+           f"{old[1]} warm-up updates, 4.200 with 1000" in block
+    assert "The old recipe kept DeepNorm on the plateau" in block
+    vals[("deepnorm", old)] = 4.5  # the old point off the plateau too: no longer held back, no flip
+    block = retune.findings_block(CPU, _records(vals))
+    assert "The old recipe kept" not in block and "decides the side of the plateau at no rate" in block
+    del vals[("admin", grid[0])]
+    block = retune.findings_block(CPU, _records(vals))
+    assert "Chosen: not yet" in next(x for x in block.splitlines() if x.startswith("- **Admin**"))
+    assert f"({len(vals)} of the {len(plan.SWEEP_FAMILIES) * len(grid)} points run)" in block
+
+    # a call made on the retuned systems: the old and the new call side by side, in the block and README
+    new = (1e-3, 1000)
+    vals = {(fam, pt): 5.0 for fam in plan.SWEEP_FAMILIES for pt in grid}
+    vals[("postnorm", new)] = vals[("deepnorm", new)] = 3.0
+    vals[("admin", old)] = vals[("transparent-post", old)] = 3.0
+    res = _records(vals)
+    assert "No call of the post-norm column has been made" in retune.findings_block(CPU, res)
+    for n in CPU.depths:
+        res.update(_converged(f"conv-postnorm-{n}", [10.0, 10.2, 9.9]))
+        res.update(_converged(f"conv-deepnorm-{n}", [10.1, 9.8, 10.0]))
+        res.update(_converged(f"retuned-deepnorm-{n}", [19.0, 19.2, 18.9], (*new, "adam")))
+        res.update(_converged(f"retuned-postnorm-{n}", [10.0, 10.1, 9.9], (*new, "adam")))
+    made, waiting = retune.column_calls(CPU, res)
+    calls = {what: (o, n) for what, o, n in made}
+    o, n = calls["rescue of post-norm: DeepNorm-12 (retuned) vs post-norm-12 (retuned)"]
+    assert o.startswith("no difference from post-norm-12") and n.startswith("better than post-norm-12 (retuned)")
+    assert waiting == len(plan.postnorm_column_pairs(CPU)) - len(made) > 0
+    block = retune.findings_block(CPU, res)
+    assert f"- rescue of post-norm: DeepNorm-12 (retuned) vs post-norm-12 (retuned): {o} -> {n}" in block
+    assert "DeepNorm-12 at 1e-3 / 1000 on Adam: 3 of 3 seeds (valid NLL 4.00 / 4.00 / 4.00, test BLEU " \
+           "19.00 / 19.20 / 18.90)" in block
+    assert f"{len(made)} of the column's calls are made on them" in retune.readme_sentence(CPU, res)
+
+
+def test_the_generated_words_replace_only_the_text_between_their_markers(tmp_path):
+    from study import retune
+
+    res = _records({(fam, pt): 5.8 for fam in plan.SWEEP_FAMILIES for pt in CPU.sweep_grid})
+    findings, readme, bare = tmp_path / "findings.md", tmp_path / "README.md", tmp_path / "bare.md"
+    findings.write_text(f"before\n{retune.FINDINGS_START}\nold words\n{retune.FINDINGS_END}\nafter\n")
+    readme.write_text(f"**bold.** {retune.README_START}old{retune.README_END} tail\n")
+    bare.write_text("no markers\n")
+    assert retune.write(CPU, res, findings, readme) == (True, True)
+    f, r = findings.read_text(), readme.read_text()
+    assert f.startswith(f"before\n{retune.FINDINGS_START}\n**Round 4") and f.endswith(f"{retune.FINDINGS_END}\nafter\n")
+    assert "old words" not in f and r.startswith(f"**bold.** {retune.README_START}The recipe sweep on valid")
+    assert r.endswith(f"{retune.README_END} tail\n")
+    assert retune.write(CPU, res, bare, bare) == (False, False) and bare.read_text() == "no markers\n"
 
 
 def test_the_findings_quote_every_diagnostic_run_as_its_record_has_it():
