@@ -1152,12 +1152,17 @@ def write_evidence_table(results: Dict[str, dict], p, readme: Path = README, pag
     """docs/evidence-table.md, and README's block between the markers where README has them (True
     then); nothing of README outside the markers is touched."""
     page.write_text("# The evidence, in one table\n\n" + evidence_table(results, p, prefix="../"))
-    text = readme.read_text() if readme.exists() else ""
-    if EVIDENCE_START not in text or EVIDENCE_END not in text:
+    return replace_between(readme, EVIDENCE_START, EVIDENCE_END, "\n" + evidence_table(results, p))
+
+
+def replace_between(path: Path, start: str, end: str, body: str) -> bool:
+    """Put ``body`` between the markers ``start`` and ``end`` of a file (True), where it has both; the
+    text outside them is kept as it is, and a file without them is not touched (False)."""
+    text = path.read_text() if path.exists() else ""
+    if start not in text or end not in text:
         return False
-    head, rest = text.split(EVIDENCE_START, 1)
-    _, tail = rest.split(EVIDENCE_END, 1)
-    readme.write_text(head + EVIDENCE_START + "\n" + evidence_table(results, p) + EVIDENCE_END + tail)
+    head, rest = text.split(start, 1)
+    path.write_text(head + start + body + end + rest.split(end, 1)[1])
     return True
 
 

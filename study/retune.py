@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import plan
-from .report import DISPLAY, FINDINGS, README, _call_cell, _short, call
+from .report import DISPLAY, FINDINGS, README, _call_cell, _short, call, replace_between
 
 FINDINGS_START, FINDINGS_END = "<!-- retune:start -->", "<!-- retune:end -->"
 README_START, README_END = "<!-- retune-readme:start -->", "<!-- retune-readme:end -->"
@@ -271,17 +271,8 @@ def readme_sentence(p, results: Dict[str, dict]) -> str:
                f"No call below has changed yet ({waiting} wait for their runs)."))
 
 
-def _replace(path: Path, start: str, end: str, body: str) -> bool:
-    text = path.read_text() if path.exists() else ""
-    if start not in text or end not in text:
-        return False
-    head, rest = text.split(start, 1)
-    path.write_text(head + start + body + end + rest.split(end, 1)[1])
-    return True
-
-
 def write(p, results: Dict[str, dict], findings: Path = FINDINGS, readme: Path = README) -> Tuple[bool, bool]:
     """Rewrite the generated block of the findings and the README's sentence (each only where its
     markers are); (findings written, README written)."""
-    return (_replace(findings, FINDINGS_START, FINDINGS_END, "\n" + findings_block(p, results)),
-            _replace(readme, README_START, README_END, readme_sentence(p, results)))
+    return (replace_between(findings, FINDINGS_START, FINDINGS_END, "\n" + findings_block(p, results)),
+            replace_between(readme, README_START, README_END, readme_sentence(p, results)))
