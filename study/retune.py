@@ -194,7 +194,8 @@ def retuned_words(p, results: Dict[str, dict]) -> List[str]:
         if recs:
             prog.append(f"{DISPLAY[fam]}-{n} at {_pt((r.lr, r.warmup))} on {OPTIMIZER[r.optimizer]}: {len(recs)} of "
                         f"{plan.CONVERGED_SEEDS} seeds (valid NLL " + " / ".join(f"{x['valid_nll']:.2f}" for x in recs)
-                        + ", test BLEU " + " / ".join(f"{x['bleu']:.2f}" for x in recs) + ")")
+                        + ", test BLEU " + " / ".join(f"{x['bleu']:.2f}" for x in recs) + "; "
+                        + _plateau_count(recs) + ")")
     unchosen = [DISPLAY[f] for f in plan.tuned_families(p, results) if plan.chosen_recipe(p, results, f) is None]
     rest = f"{left} runs still to go" + (f", and those of {_names(unchosen)} once their sweep has chosen"
                                           if unchosen else "")
@@ -202,6 +203,20 @@ def retuned_words(p, results: Dict[str, dict]) -> List[str]:
         return [f"The converged runs at the chosen recipes: none finished yet ({rest})."]
     return ["The converged runs at the chosen recipes (the study's convergence rule, where the choice moved from "
             "the old recipe): " + "; ".join(prog) + f"; {rest}."]
+
+
+def _plateau_count(recs: Sequence[dict]) -> str:
+    """Where a converged system's seeds ended: on the plateau (valid NLL >= PLATEAU_BELOW), off it, or
+    diverged (no finite valid NLL), in words."""
+    nll = [plan.finite_nll(x) for x in recs]
+    on = sum(1 for v in nll if math.isfinite(v) and v >= PLATEAU_BELOW)
+    div = sum(1 for v in nll if not math.isfinite(v))
+    off = len(recs) - on - div
+    if max(on, off, div) == len(recs):
+        where = "on the plateau" if on else "off the plateau" if off else "diverged"
+        return (f"every seed {where}" if len(recs) > 1 else where)
+    return ", ".join(f"{k} of {len(recs)} seeds {w}" for k, w in ((on, "on the plateau"), (off, "off it"),
+                                                                 (div, "diverged")) if k)
 
 
 def column_calls(p, results: Dict[str, dict]) -> Tuple[List[Tuple[str, str, str]], int]:

@@ -542,7 +542,10 @@ def test_the_generated_words_follow_the_records():
     block = retune.findings_block(CPU, res)
     assert f"- rescue of post-norm: DeepNorm-12 (retuned) vs post-norm-12 (retuned): {o} -> {n}" in block
     assert "DeepNorm-12 at 1e-3 / 1000 on Adam: 3 of 3 seeds (valid NLL 4.00 / 4.00 / 4.00, test BLEU " \
-           "19.00 / 19.20 / 18.90)" in block
+           "19.00 / 19.20 / 18.90; every seed off the plateau)" in block
+    seeds = [{"valid_nll": 5.8}, {"valid_nll": 4.0}, {"valid_nll": None, "diverged": True}]
+    assert retune._plateau_count(seeds) == "1 of 3 seeds on the plateau, 1 of 3 seeds off it, 1 of 3 seeds diverged"
+    assert retune._plateau_count(seeds[:1] * 3) == "every seed on the plateau"
     assert f"{len(made)} of the column's calls are made on them" in retune.readme_sentence(CPU, res)
 
 
