@@ -646,16 +646,24 @@ def retuned_records(p: Preset, results: Dict[str, dict], fam: str, n: int) -> Li
             and rec is not None and record_recipe(x) == rec]
 
 
+def retuned_systems(p: Preset, results: Optional[Dict[str, dict]]) -> List[Tuple[str, int, Run]]:
+    """(family, depth, its seed-1 run) of every retuned system the finished runs plan (:func:`retuned_runs`)."""
+    out = []
+    for r in {r.system: r for r in retuned_runs(p, [1], results)}.values():  # one run per system
+        fam, n = r.system[len("retuned-"):].rsplit("-", 1)
+        out.append((fam, int(n), r))
+    return out
+
+
 def superseded(p: Preset, results: Dict[str, dict]) -> Dict[str, str]:
     """{old converged system: the reason} for every ``conv-<fam>-<n>`` whose retuned system has a
     record of every seed at the chosen recipe (:func:`retuned_records`)."""
     out = {}
-    for r in {r.system: r for r in retuned_runs(p, [1], results)}.values():  # one run per system
-        fam, n = r.system[len("retuned-"):].rsplit("-", 1)
+    for fam, n, r in retuned_systems(p, results):
         old = old_recipe(p, fam)
         side = "post-norm default" if fam in SWEEP_FAMILIES else "pre-norm default"
         why = " (chosen on test)" if fam in SWEEP_FAMILIES else ""
-        if len(retuned_records(p, results, fam, int(n))) >= CONVERGED_SEEDS:
+        if len(retuned_records(p, results, fam, n)) >= CONVERGED_SEEDS:
             out[f"conv-{fam}-{n}"] = (f"superseded by {r.system}: trained at the {side} {old[0]:g} / "
                                       f"{old[1]} on Adam{why}, the sweep chose {r.lr:g} / {r.warmup} "
                                       f"on {r.optimizer} (issue 77)")

@@ -498,6 +498,12 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
         write_evidence_table(results, p)  # the committed report's records: README's table and its page
 
 
+def nll_cell(v: Optional[float]) -> str:
+    """A sweep point's valid NLL as the report and the findings write it: ``…`` not run yet, ``diverged``
+    (inf: :func:`study.plan.finite_nll`), else 3 decimals."""
+    return "…" if v is None else "diverged" if not math.isfinite(v) else f"{v:.3f}"
+
+
 def sweep_section(p, results: Dict[str, dict]) -> List[str]:
     """Section 5: the post-norm column's tuning sweep (issue 77): family x grid point -> valid NLL at the
     budget, the chosen point (:func:`study.plan.sweep_choice`: the lowest valid NLL) in bold."""
@@ -523,7 +529,7 @@ def sweep_section(p, results: Dict[str, dict]) -> List[str]:
         cells = []
         for pt in grid:
             v = row.get(pt, "—")
-            cell = v if v == "—" else "…" if v is None else ("diverged" if not math.isfinite(v) else f"{v:.3f}")
+            cell = v if v == "—" else nll_cell(v)
             cells.append(f"**{cell}**" if pt == best else cell)
         out.append(f"| {fam}-{n} | " + " | ".join(cells) + " | "
                    + (f"{best[0]:g} / {best[1]}" if best else "none: failed at every point of the grid"
@@ -549,8 +555,7 @@ def sweep_section(p, results: Dict[str, dict]) -> List[str]:
     for r in check:
         res = results.get(r.name)
         v = None if res is None else finite_nll(res)
-        out.append(f"| {sweep_point(r.system)[0]}-{mid} | {r.lr:g} / {r.warmup} | "
-                   + ("…" if v is None else "diverged" if not math.isfinite(v) else f"{v:.3f}") + " |")
+        out.append(f"| {sweep_point(r.system)[0]}-{mid} | {r.lr:g} / {r.warmup} | {nll_cell(v)} |")
     verdict = prenorm_check_verdict(p, results)
     if verdict:
         out += [""] + [f"- {fam}-{mid}: " + ("its own point is better on valid (or as good): its runs stand" if v == "own"
@@ -601,12 +606,29 @@ def current_pair(p, results: Dict[str, dict], fam: str, n: int, ref: Optional[st
     return sides or (f"conv-{fam}-{n}", f"conv-{ref}-{rn}")
 
 
-def column_calls_section(p, results: Dict[str, dict]) -> List[str]:
-    """Section 5c (issue 77, part 4): every converged comparison that involves the post-norm column
-    (:func:`study.plan.postnorm_column_pairs`), called by the study's one rule (:func:`call`) on the old
-    systems (``conv-``, the old recipe) and on the current ones (:func:`study.plan.current_system`:
-    ``retuned-`` where it supersedes), side by side."""
+def column_call_rows(p, results: Dict[str, dict]) -> List[dict]:
+    """Every converged comparison that involves the post-norm column (:func:`study.plan.postnorm_column_pairs`),
+    called by the study's one rule (:func:`call`) on the old systems (``conv-``, the old recipe) and on the
+    current ones (:func:`study.plan.current_system`): {"kind", "old" (the old pair), "sides" (the current
+    pair, None while a side waits), "wait" (why), "old_call", "new_call" (the cells; None while waiting)}."""
     systems = by_system(results)
+
+    def cell(a: str, b: str) -> str:
+        if a not in systems or b not in systems:
+            return "not measured: " + ", ".join(short_name(x) for x in (a, b) if x not in systems)
+        return call_cell(call(a, systems[a], b, systems[b], close=p.close_bleu))
+
+    rows = []
+    for kind, fam, n, ref, rn in postnorm_column_pairs(p):  # in the order of COLUMN_CALLS
+        old = (f"conv-{fam}-{n}", f"conv-{ref}-{rn}")
+        sides, wait = column_sides(p, results, fam, n, ref, rn)
+        rows.append({"kind": kind, "old": old, "sides": sides, "wait": wait, "old_call": cell(*old),
+                     "new_call": None if wait else cell(*sides)})
+    return rows
+
+
+def column_calls_section(p, results: Dict[str, dict]) -> List[str]:
+    """Section 5c (issue 77, part 4): :func:`column_call_rows`, the old call and the new one side by side."""
     old = old_recipe(p)
     out = ["### 5c. The post-norm column's calls: old recipe and chosen recipe, side by side", "",
            f"Every converged comparison that involves plain post-norm, DeepNorm, Admin or transparent post-norm "
@@ -614,17 +636,9 @@ def column_calls_section(p, results: Dict[str, dict]) -> List[str]:
            f"trained at {old[0]:g} / {old[1]} on Adam) and on the current ones (`retuned-` at the sweep's choice "
            "where it has every seed; a family whose choice is the old recipe keeps its runs). Test BLEU.", "",
            "| comparison | old call | new call |", "|---|---|---|"]
-
-    def cell(a: str, b: str) -> str:
-        if a not in systems or b not in systems:
-            return "not measured: " + ", ".join(_short(x) for x in (a, b) if x not in systems)
-        return _call_cell(call(a, systems[a], b, systems[b], close=p.close_bleu))
-
-    for kind, fam, n, ref, rn in postnorm_column_pairs(p):  # in the order of COLUMN_CALLS
-        a_old, b_old = f"conv-{fam}-{n}", f"conv-{ref}-{rn}"
-        sides, wait = column_sides(p, results, fam, n, ref, rn)
-        new = "waits: " + "; ".join(wait) if wait else cell(*sides)
-        out.append(f"| {kind}: {_short(a_old)} vs {_short(b_old)} | {cell(a_old, b_old)} | {new} |")
+    for r in column_call_rows(p, results):
+        new = "waits: " + "; ".join(r["wait"]) if r["wait"] else r["new_call"]
+        out.append(f"| {r['kind']}: {short_name(r['old'][0])} vs {short_name(r['old'][1])} | {r['old_call']} | {new} |")
     return out + [""]
 
 
@@ -1036,25 +1050,25 @@ DISPLAY = {"postnorm": "post-norm", "prenorm": "pre-norm", "transparent-post": "
            "admin": "Admin"}
 
 
-def _short(system: str) -> str:
+def short_name(system: str) -> str:
     """conv-transparent-post-12 -> 'transparent (post-norm)-12', retuned-admin-24 -> 'Admin-24 (retuned)'
     (issue 77's runs at the sweep's recipe); other systems keep their name."""
     fam, n = family_of(system), system.rsplit("-", 1)[-1]
     return f"{DISPLAY[fam]}-{n}" + (" (retuned)" if system.startswith("retuned-") else "") if fam else system
 
 
-def _call_cell(c: dict, with_delta: bool = True) -> str:
+def call_cell(c: dict, with_delta: bool = True) -> str:
     """A call as the evidence table shows it: its label against its reference, and its marks."""
     if c["label"] in ("not measured", "no call"):
-        return f"{c['label']} against {_short(c['b'])}"
+        return f"{c['label']} against {short_name(c['b'])}"
     rel = "than" if c["label"] not in ("no difference",) else "from"
-    text = f"{c['label']} {rel} {_short(c['b'])}" + (f" ({c['delta']:+.2f})" if with_delta else "")
+    text = f"{c['label']} {rel} {short_name(c['b'])}" + (f" ({c['delta']:+.2f})" if with_delta else "")
     marks = []
     if c["machine"][0] == "confounded":
         marks.append("confounded with the CPU type")
     if c["improving"]:  # which seeds: the BLEU cells of both sides' rows
         marks.append("both sides still improving" if len(c["improving"]) == 2 else
-                     f"{_short(next(iter(c['improving'])))} still improving")
+                     f"{short_name(next(iter(c['improving'])))} still improving")
     return text + "".join(f"; {m}" for m in marks)
 
 
@@ -1099,9 +1113,9 @@ def paper_sentences(results: Dict[str, dict], p) -> List[str]:
 
     def one(a: str, b: str) -> str:
         if a not in systems or b not in systems:
-            return f"{_short(a)} against {_short(b)}: not measured"
+            return f"{short_name(a)} against {short_name(b)}: not measured"
         c = call(a, systems[a], b, systems[b], close=p.close_bleu)
-        return f"{_short(a)} {_call_cell(c)}"
+        return f"{short_name(a)} {call_cell(c)}"
 
     base, lo = f"prenorm-{p.depths[0]}", p.depths[0]
     dd = dd_depth(REPO / "work" / "fidelity" / p.name, REPO / RECORDS / p.name) or p.dd_depths[-1]
@@ -1143,7 +1157,7 @@ def evidence_table(results: Dict[str, dict], p, prefix: str = "") -> str:
         bleu = ("-" if s is None else f"{s[0]:.2f} ± {s[1]:.2f} ({s[2]} seeds)") + (
             f", still improving: {len(imp)} of {len(runs)}" if imp else "")
         links = " ".join(f"[s{r.get('seed')}]({rec}/{r.get('name')}.json)" for r in runs)
-        lines.append(f"| {DISPLAY[fam]} | {n} | {bleu} | {'the baseline' if c is None else _call_cell(c)} | {links} |")
+        lines.append(f"| {DISPLAY[fam]} | {n} | {bleu} | {'the baseline' if c is None else call_cell(c)} | {links} |")
     lines += ["", *paper_sentences(results, p)]
     return "\n".join(lines) + "\n"
 

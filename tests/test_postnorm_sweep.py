@@ -485,7 +485,7 @@ def test_the_committed_findings_and_readme_are_what_the_committed_records_genera
     sweeps = _committed("sweep-*-24-s1")
     assert len(sweeps) >= len(plan.SWEEP_FAMILIES) * len(CPU.sweep_grid)
     for name, r in sweeps.items():
-        assert f"{r['valid_nll']:.3f}" in block, name
+        assert retune.nll_cell(plan.finite_nll(r)) in block, name
     assert "(docs/fidelity.md)" in readme and "section 5" in _between(readme, retune.README_START, retune.README_END)
 
 
@@ -511,16 +511,36 @@ def test_the_generated_words_follow_the_records():
     assert f"Off the plateau at every point from {retune._lr(rates[1])} up." in line["transparent-post"]
     assert f"Off the plateau at {retune._lr(old[0])} / 1000 only." in line["deepnorm"]
     assert f"Chosen: {retune._lr(old[0])} / 1000 (4.200)" in line["deepnorm"]
-    assert f"the warm-up decides the side of the plateau for DeepNorm at {retune._lr(old[0])} (5.800 with " \
+    assert f"the warm-up decides where a run ends for DeepNorm at {retune._lr(old[0])} (5.800 with " \
            f"{old[1]} warm-up updates, 4.200 with 1000" in block
     assert "The old recipe kept DeepNorm on the plateau" in block
     vals[("deepnorm", old)] = 4.5  # the old point off the plateau too: no longer held back, no flip
     block = retune.findings_block(CPU, _records(vals))
-    assert "The old recipe kept" not in block and "decides the side of the plateau at no rate" in block
+    assert "The old recipe kept" not in block and "decides where a run ends (on or off the plateau, or diverged) at no rate" in block
     del vals[("admin", grid[0])]
     block = retune.findings_block(CPU, _records(vals))
     assert "Chosen: not yet" in next(x for x in block.splitlines() if x.startswith("- **Admin**"))
     assert f"({len(vals)} of the {len(plan.SWEEP_FAMILIES) * len(grid)} points run)" in block
+
+    # a diverged point is not "on the plateau": it neither shows the old recipe holding a family back nor
+    # hides a warm-up that decides divergence
+    vals = {(fam, pt): 5.8 for fam in plan.SWEEP_FAMILIES for pt in grid}
+    vals[("deepnorm", old)], vals[("deepnorm", (old[0], 1000))] = None, 4.2
+    block = retune.findings_block(CPU, _records(vals))
+    assert "The old recipe kept" not in block
+    assert f"for DeepNorm at {retune._lr(old[0])} (diverged with {old[1]} warm-up updates, 4.200 with 1000" in block
+    # a partial grid: "so far", and no claim about a rate that has not run
+    part = {("postnorm", (rates[0], 600)): 5.8, ("postnorm", (rates[-1], 600)): 4.0}
+    assert retune.where_off(grid, plan.sweep_row(CPU, _records(part), "postnorm")) == \
+        f"at every point from {retune._lr(rates[-1])} up so far"
+    assert f"post-norm-24 at every point from {retune._lr(rates[-1])} up so far" in retune.readme_sentence(CPU, _records(part))
+    assert "post-norm: not yet" in retune.readme_sentence(CPU, _records(part))
+    # a family that fails everywhere chooses nothing and is said so, never "once their sweep has chosen"
+    vals = {(fam, pt): 5.8 for fam in plan.SWEEP_FAMILIES for pt in grid}
+    vals.update({("admin", pt): None for pt in grid})
+    res = _records(vals)
+    assert "Admin: none (it failed at every point of the grid)" in retune.readme_sentence(CPU, res)
+    assert "none for Admin, which failed at every point of the grid" in retune.retuned_words(CPU, res)
 
     # a call made on the retuned systems: the old and the new call side by side, in the block and README
     new = (1e-3, 1000)
@@ -534,17 +554,20 @@ def test_the_generated_words_follow_the_records():
         res.update(_converged(f"conv-deepnorm-{n}", [10.1, 9.8, 10.0]))
         res.update(_converged(f"retuned-deepnorm-{n}", [19.0, 19.2, 18.9], (*new, "adam")))
         res.update(_converged(f"retuned-postnorm-{n}", [10.0, 10.1, 9.9], (*new, "adam")))
-    made, waiting = retune.column_calls(CPU, res)
+    made, unchanged, waiting = retune.column_calls(CPU, res)
     calls = {what: (o, n) for what, o, n in made}
     o, n = calls["rescue of post-norm: DeepNorm-12 (retuned) vs post-norm-12 (retuned)"]
     assert o.startswith("no difference from post-norm-12") and n.startswith("better than post-norm-12 (retuned)")
-    assert waiting == len(plan.postnorm_column_pairs(CPU)) - len(made) > 0
+    assert waiting == len(plan.postnorm_column_pairs(CPU)) - len(made) - unchanged > 0
     block = retune.findings_block(CPU, res)
     assert f"- rescue of post-norm: DeepNorm-12 (retuned) vs post-norm-12 (retuned): {o} -> {n}" in block
-    assert "DeepNorm-12 at 1e-3 / 1000 on Adam: 3 of 3 seeds (valid NLL 4.00 / 4.00 / 4.00, test BLEU " \
+    assert "DeepNorm-12 at 1e-3 / 1000 on Adam: 3 of 3 seeds (valid NLL 4.000 / 4.000 / 4.000, test BLEU " \
            "19.00 / 19.20 / 18.90; every seed off the plateau)" in block
+    res.update(_converged("retuned-deepnorm-24", [19.0, 19.2, None], (*new, "adam")))  # a seed diverged
+    assert "DeepNorm-24 at 1e-3 / 1000 on Adam: 3 of 3 seeds (valid NLL 4.000 / 4.000 / diverged, test BLEU " \
+           "19.00 / 19.20 / -; 2 of 3 seeds off the plateau, 1 of 3 seeds diverged)" in retune.findings_block(CPU, res)
     seeds = [{"valid_nll": 5.8}, {"valid_nll": 4.0}, {"valid_nll": None, "diverged": True}]
-    assert retune._plateau_count(seeds) == "1 of 3 seeds on the plateau, 1 of 3 seeds off it, 1 of 3 seeds diverged"
+    assert retune._plateau_count(seeds) == "1 of 3 seeds on the plateau, 1 of 3 seeds off the plateau, 1 of 3 seeds diverged"
     assert retune._plateau_count(seeds[:1] * 3) == "every seed on the plateau"
     assert f"{len(made)} of the column's calls are made on them" in retune.readme_sentence(CPU, res)
 
