@@ -1108,8 +1108,34 @@ def paper_sentences(results: Dict[str, dict], p) -> List[str]:
                 c = call(a, systems[a], b, systems[b], close=p.close_bleu)
                 out.append(f"{n} layers: {c['label']} ({c['delta']:+.2f})"
                            + (" [confounded]" if c["machine"][0] == "confounded" else "")
-                           + (" [still improving]" if c["improving"] else ""))
+                           + (" [still improving]" if c["improving"] else "") + recipe_mark(a, b, fam, n, ref_fam, ref_depth or n))
         return "; ".join(out) or "not measured"
+
+    seen = set()  # the recipes the sentence being built reads: "old" and/or "retuned" (issue 77)
+
+    def recipe_mark(a: str, b: str, fam: str, n: int, ref: str, rn: int) -> str:
+        """Issue 77: a call that reads systems retrained at the recipe chosen on valid is marked [retuned];
+        one that reads the old runs of a family being retuned is noted once per sentence (:func:`finish`)."""
+        if a.startswith("retuned-") or b.startswith("retuned-"):
+            seen.add("retuned")
+            return " [retuned]"
+        if column_sides(p, results, fam, n, ref, rn)[1]:
+            seen.add("old")
+        return ""
+
+    def finish(sentence: str) -> str:
+        """The sentence, then what its recipes are: the grid a [retuned] call's recipe was chosen on, and
+        that the unmarked calls of a family being retuned read its first recipe."""
+        grid = tuple(tuple(pt) for pt in p.sweep_grid)
+        rates, warm = sorted({lr for lr, _ in grid}), sorted({w for _, w in grid})
+        words = {"old": "calls not marked [retuned] read runs at the study's first recipe, while their families "
+                        "are retuned on valid (issue 77)",
+                 "retuned": f"[retuned]: both sides at their recipe chosen on valid over the grid of peak rates "
+                            f"{' / '.join(f'{lr:g}' for lr in rates)} x warm-ups {' / '.join(str(w) for w in warm)} "
+                            f"({sweep_depth(p)} encoder layers, {p.sweep_updates} updates; docs/fidelity.md section 5)"}
+        said = [words[m] for m in ("retuned", "old") if m in seen]
+        seen.clear()
+        return sentence if not said else sentence.rstrip(".") + " (" + "; ".join(said) + ")."
 
     def one(a: str, b: str) -> str:
         if a not in systems or b not in systems:
@@ -1120,14 +1146,14 @@ def paper_sentences(results: Dict[str, dict], p) -> List[str]:
     base, lo = f"prenorm-{p.depths[0]}", p.depths[0]
     dd = dd_depth(REPO / "work" / "fidelity" / p.name, REPO / RECORDS / p.name) or p.dd_depths[-1]
     return [
-        f"- **MSC** (Wei et al. 2020), converged, against plain pre-norm: {labels('msc', 'prenorm')}; the plain "
+        finish(f"- **MSC** (Wei et al. 2020), converged, against plain pre-norm: {labels('msc', 'prenorm')}; the plain "
         f"stacks' degradation it starts from (plain pre-norm against pre-norm-{lo}): "
-        f"{labels('prenorm', 'prenorm', ref_depth=lo)}.",
-        f"- **Transparent attention** (Bapna et al. 2018), converged, against plain post-norm: "
-        f"{labels('transparent-post', 'postnorm')}; against plain pre-norm: {labels('transparent-pre', 'prenorm')}.",
-        f"- **DLCL** (Wang et al. 2019a), converged, against plain pre-norm: {labels('dlcl', 'prenorm')}.",
-        f"- **DeepNorm** (Wang et al. 2022), converged, against plain post-norm: {labels('deepnorm', 'postnorm')}.",
-        f"- **Admin** (Liu et al. 2020), converged, against plain post-norm: {labels('admin', 'postnorm')}.",
+        f"{labels('prenorm', 'prenorm', ref_depth=lo)}."),
+        finish(f"- **Transparent attention** (Bapna et al. 2018), converged, against plain post-norm: "
+               f"{labels('transparent-post', 'postnorm')}; against plain pre-norm: {labels('transparent-pre', 'prenorm')}."),
+        finish(f"- **DLCL** (Wang et al. 2019a), converged, against plain pre-norm: {labels('dlcl', 'prenorm')}."),
+        finish(f"- **DeepNorm** (Wang et al. 2022), converged, against plain post-norm: {labels('deepnorm', 'postnorm')}."),
+        finish(f"- **Admin** (Liu et al. 2020), converged, against plain post-norm: {labels('admin', 'postnorm')}."),
         f"- **Deep decoder** (Findings of ACL 2022), at the short budget ({p.updates} updates): "
         + "; ".join(one(f"dd-{k}-{p.dd_encoder}-{dd}", f"dd-plain-{p.dd_encoder}-{dd}") for k in DD_KINDS[1:])
         + f"; its premise: {one(f'dd-plain-{p.dd_encoder}-{dd}', f'dd-plain-{p.dd_encoder}-{p.dd_depths[0]}')}.",

@@ -389,6 +389,15 @@ def test_every_post_norm_column_call_is_recomputed_on_the_retuned_systems_beside
     sentence = next(s for s in report.paper_sentences(res, CPU) if s.startswith("- **DeepNorm**"))
     assert "6 layers: better" in sentence and "12 layers: better" in sentence, sentence
     assert "24 layers: no difference" in sentence, sentence
+    # issue 77's "every claim that a method fails names the grid it failed on": a call on the retuned systems
+    # is marked and the sentence names the grid; one still on the first recipe is said to be so
+    assert re.search(r"12 layers: better \(\+[\d.]+\)[^;]* \[retuned\]", sentence), sentence
+    assert re.search(r"24 layers: [a-z ]+ \([-+][\d.]+\) \(\[retuned\]: both sides", sentence), sentence
+    rates = " / ".join(f"{lr:g}" for lr in sorted({lr for lr, _ in CPU.sweep_grid}))
+    assert f"[retuned]: both sides at their recipe chosen on valid over the grid of peak rates {rates}" in sentence
+    assert "calls not marked [retuned] read runs at the study's first recipe" in sentence
+    msc = next(s for s in report.paper_sentences(res, CPU) if s.startswith("- **MSC**"))
+    assert "[retuned]" not in msc  # pre-norm not tuned in this setting: nothing to say
     # section 1b lists what the reruns superseded, with the reason; the old records stay
     assert set(plan.superseded(CPU, res)) == {f"conv-deepnorm-{n}" for n in CPU.depths} | {
         f"conv-postnorm-{n}" for n in CPU.depths[:2]}
