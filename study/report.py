@@ -1131,8 +1131,11 @@ def paper_sentences(results: Dict[str, dict], p) -> List[str]:
         words = {"old": "calls not marked [retuned] read runs at the study's first recipe, while their families "
                         "are retuned on valid (issue 77)",
                  "retuned": f"[retuned]: both sides at their recipe chosen on valid over the grid of peak rates "
-                            f"{' / '.join(f'{lr:g}' for lr in rates)} x warm-ups {' / '.join(str(w) for w in warm)} "
-                            f"({sweep_depth(p)} encoder layers, {p.sweep_updates} updates; docs/fidelity.md section 5)"}
+                            f"{' / '.join(f'{lr:g}' for lr in rates)} x warm-ups {' / '.join(str(w) for w in warm)}"
+                            + (f", a pre-norm family's with its own point {p.lr:g} / {p.warmup}"
+                               if set(tuned_families(p, results)) - set(SWEEP_FAMILIES) and (p.lr, p.warmup) not in grid
+                               else "")
+                            + f" ({sweep_depth(p)} encoder layers, {p.sweep_updates} updates; docs/fidelity.md section 5)"}
         said = [words[m] for m in ("retuned", "old") if m in seen]
         seen.clear()
         return sentence if not said else sentence.rstrip(".") + " (" + "; ".join(said) + ")."
