@@ -26,7 +26,8 @@ README_START, README_END = "<!-- retune-readme:start -->", "<!-- retune-readme:e
 #: plateau point (5.6) and the highest point of a run that trains on (pre-norm-12 at its own point, 4.96
 #: after 2000 updates, 21 BLEU when converged).  Also applied to a converged run's best valid NLL, where the
 #: plateau is the same (the failing converged runs ended at 5.7-6.0, the working ones below 4).  A
-#: description of the curves, not a call.
+#: description of the curves, not a call: a sweep point above the line at a low rate may still be
+#: descending (slow, not stuck), which its one number cannot tell.
 PLATEAU_BELOW = 5.3
 
 Point = Tuple[float, int]
@@ -121,7 +122,7 @@ def family_line(p, results: Dict[str, dict], fam: str) -> str:
         text += (f" At the old point ({_pt(old[:2])}"
                  + ("" if opt == old[2] else f"; on {OPTIMIZER[opt]} here, the old runs used {OPTIMIZER[old[2]]}")
                  + f"): {nll_cell(row[old[:2]])}.")
-    return text
+    return text.rstrip()
 
 
 def _progress(p, results: Dict[str, dict], families: Sequence[str]) -> Tuple[int, int]:
@@ -142,7 +143,8 @@ def sweep_words(p, results: Dict[str, dict], families: Sequence[str], who: str) 
              f"{' / '.join(str(w) for w in warm)}"
              + (f", plus each family's own point {_names([_pt(pt) for pt in extra])}" if extra else "")
              + f" ({count}); the rule chooses the lowest valid NLL (bits/token), and test is not read. Off the "
-             f"plateau: valid NLL below {PLATEAU_BELOW:g} after the budget (`study.retune.PLATEAU_BELOW`). A fixed "
+             f"plateau: valid NLL below {PLATEAU_BELOW:g} after the budget (`study.retune.PLATEAU_BELOW`); a point above "
+             "it at a low rate may be slow rather than stuck, which one number cannot tell. A fixed "
              "budget favours the faster schedules, a bias of any fixed-budget tuning that the issue's rule accepts.", ""]
     if not done:
         return lines
