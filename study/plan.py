@@ -919,7 +919,7 @@ def planned(p: Preset, seeds: Sequence[int], dd_depth: Optional[int] = None,
     dec = dd_depth or p.dd_depths[-1]
     names = [r.name for r in depth_runs(p, seeds) + dd_search_runs(p, seeds[0]) + dd_compare_runs(p, dec, seeds)
              + teacher_runs(p, seeds) + baseline(p, seeds) + [ssl_stage1(p)] + converged_runs(p, seeds, results)
-             + sweep_runs(p) + prenorm_check_runs(p, results) + diag_runs(p)
+             + sweep_runs(p, results) + prenorm_check_runs(p, results) + diag_runs(p)
              + retuned_runs(p, seeds, results)]
     shape = model_flags(p, p.depths[0], p.decoder_layers)
     names += [r.name for r in matched_baseline(p, seeds)]

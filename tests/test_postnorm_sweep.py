@@ -694,6 +694,8 @@ def test_a_pre_norm_check_that_prefers_the_columns_point_sweeps_the_pre_norm_fam
     assert own in plan.family_grid(CPU, "prenorm") and own not in plan.family_grid(CPU, "postnorm")
     assert len(plan.family_grid(CPU, "prenorm")) == len(CPU.sweep_grid) + 1
     assert pre_sweep <= set(study.trained)  # every pre-norm family, every point, in this one command
+    # and --runs can name them: its check is against plan.planned
+    assert pre_sweep | retuned_pre <= set(plan.planned(CPU, [1, 2], results=res))
     check = study.trained.index(plan.sweep_name("prenorm", plan.middle_depth(CPU), *column))
     assert check < min(study.trained.index(x) for x in pre_sweep) < min(study.trained.index(x) for x in retuned_pre)
     for fam in pre:
