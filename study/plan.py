@@ -494,14 +494,24 @@ def postnorm_point(p: Preset, results: Dict[str, dict], provisional: bool = Fals
     """The post-norm column's point for the pre-norm check: the grid point that most of
     SWEEP_FAMILIES chose (a tie: plain post-norm's choice, else the earliest family's among the tied);
     None until every family has chosen.  Our reading of the issue's "the post-norm family's best point"."""
+    return _column_vote(p, results, provisional)[0]
+
+
+def postnorm_point_tied(p: Preset, results: Dict[str, dict]) -> bool:
+    """Whether :func:`postnorm_point` broke a tie (two or more points chosen by as many families)."""
+    return _column_vote(p, results, False)[1]
+
+
+def _column_vote(p: Preset, results: Dict[str, dict], provisional: bool) -> Tuple[Optional[Tuple[float, int]], bool]:
+    """(:func:`postnorm_point`, whether its vote was a tie)."""
     choices = [sweep_choice(p, results, fam, provisional) for fam in SWEEP_FAMILIES]
     if not provisional and any(c is None and not sweep_failed(p, results, fam) for c, fam in zip(choices, SWEEP_FAMILIES)):
-        return None  # a family has not chosen yet (one that failed everywhere chooses nothing)
+        return None, False  # a family has not chosen yet (one that failed everywhere chooses nothing)
     choices = [c for c in choices if c is not None]
     if not choices:
-        return None
+        return None, False
     top = max(choices.count(c) for c in choices)
-    return next(c for c in choices if choices.count(c) == top)
+    return next(c for c in choices if choices.count(c) == top), len({c for c in choices if choices.count(c) == top}) > 1
 
 
 def prenorm_check_runs(p: Preset, results: Optional[Dict[str, dict]] = None, own_only: bool = False,

@@ -183,12 +183,7 @@ def check_words(p, results: Dict[str, dict]) -> str:
     if point is None and all(plan.sweep_failed(p, results, f) for f in plan.SWEEP_FAMILIES):
         return ("The pre-norm side's check: no post-norm family chose a point (each failed at every point of the "
                 "grid), so there is no column point to check; the pre-norm side keeps its recipe.")
-    counts: Dict[Point, int] = {}
-    for f in plan.SWEEP_FAMILIES:
-        c = plan.sweep_choice(p, results, f)
-        if c is not None:
-            counts[c] = counts.get(c, 0) + 1
-    tie = bool(counts) and sum(v == max(counts.values()) for v in counts.values()) > 1
+    tie = plan.postnorm_point_tied(p, results)
     head = (f"The pre-norm side's check: {_names(fams)} at their own point ({_pt((p.lr, p.warmup))}) and at the "
             f"post-norm column's ({_pt(point) if point else 'not chosen yet'}, "
             + ("a tie of the families' choices, broken as `study.plan.postnorm_point` says" if tie else "the point most of its families chose")

@@ -205,12 +205,15 @@ def test_the_pre_norm_check_runs_at_its_own_point_then_at_the_post_norm_columns_
     for fam in plan.SWEEP_FAMILIES:
         vals[(fam, grid[0] if fam == "postnorm" else grid[2])] = 3.0
     res = _records(vals)
-    assert plan.postnorm_point(CPU, res) == grid[2]
+    assert plan.postnorm_point(CPU, res) == grid[2] and not plan.postnorm_point_tied(CPU, res)
     later = plan.prenorm_check_runs(CPU, res)
     assert [(r.lr, r.warmup) for r in later] == [own, own, grid[2], grid[2]]
     # a 2-2 tie: plain post-norm's choice
     vals[("deepnorm", grid[2])], vals[("deepnorm", grid[0])] = 5.0, 3.0
-    assert plan.postnorm_point(CPU, _records(vals)) == grid[0]
+    assert plan.postnorm_point(CPU, _records(vals)) == grid[0] and plan.postnorm_point_tied(CPU, _records(vals))
+    from study.retune import check_words
+
+    assert "a tie of the families' choices" in check_words(CPU, _records(vals))
     # a family that failed at every point does not hold the check back
     failed = {**vals, **{("admin", pt): None for pt in grid}}
     assert plan.postnorm_point(CPU, _records(failed)) == grid[0]
@@ -226,6 +229,8 @@ def test_the_pre_norm_check_runs_at_its_own_point_then_at_the_post_norm_columns_
     # an unfinished family: no point yet, and only the own-point runs are planned
     del vals[("admin", grid[3])]
     assert plan.postnorm_point(CPU, _records(vals)) is None and len(plan.prenorm_check_runs(CPU, _records(vals))) == 2
+    assert not plan.postnorm_point_tied(CPU, _records(vals))
+    assert "not chosen yet" in check_words(CPU, _records(vals)) and "a tie" not in check_words(CPU, _records(vals))
 
 
 def test_diagnostic_runs_log_the_change_norms_and_the_big_batch_reaches_admins_32k_tokens(tmp_path):
