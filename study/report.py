@@ -1118,6 +1118,8 @@ def paper_sentences(results: Dict[str, dict], p) -> List[str]:
         one that reads the old runs of a family being retuned is noted once per sentence (:func:`finish`)."""
         if a.startswith("retuned-") or b.startswith("retuned-"):
             seen.add("retuned")
+            if {fam, ref} - set(SWEEP_FAMILIES):  # a pre-norm family's grid holds its own point too
+                seen.add("retuned-pre")
             return " [retuned]"
         if column_sides(p, results, fam, n, ref, rn)[1]:
             seen.add("old")
@@ -1133,7 +1135,7 @@ def paper_sentences(results: Dict[str, dict], p) -> List[str]:
                  "retuned": f"[retuned]: both sides at their recipe chosen on valid over the grid of peak rates "
                             f"{' / '.join(f'{lr:g}' for lr in rates)} x warm-ups {' / '.join(str(w) for w in warm)}"
                             + (f", a pre-norm family's with its own point {p.lr:g} / {p.warmup}"
-                               if set(tuned_families(p, results)) - set(SWEEP_FAMILIES) and (p.lr, p.warmup) not in grid
+                               if "retuned-pre" in seen and (p.lr, p.warmup) not in grid
                                else "")
                             + f" ({sweep_depth(p)} encoder layers, {p.sweep_updates} updates; docs/fidelity.md section 5)"}
         said = [words[m] for m in ("retuned", "old") if m in seen]

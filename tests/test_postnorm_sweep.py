@@ -734,3 +734,40 @@ def test_a_sweep_name_is_parsed_back_to_its_point_even_where_the_rate_holds_a_hy
     assert plan.sweep_point("conv-postnorm-24-s1") is None and plan.sweep_point("retuned-admin-6") is None
     assert plan.reference_family("deepnorm") == plan.reference_family("postnorm") == "postnorm"
     assert plan.reference_family("msc") == plan.reference_family("transparent-pre") == "prenorm"
+
+
+def test_the_retuned_mark_names_a_pre_norm_familys_own_point_only_where_its_sentence_reads_one():
+    """The [retuned] note names the grid a call's recipes were chosen on: a pre-norm family's grid holds its
+    own point (3e-3 / 150) besides the column's, so the note says so where a [retuned] call reads a pre-norm
+    family, and not in a sentence of post-norm families only, even once the pre-norm side is tuned."""
+    from study import report
+
+    grid, new, n = list(CPU.sweep_grid), (1e-3, 1000), CPU.depths[-1]
+    at_new, own = (*new, "adam"), f"a pre-norm family's with its own point {CPU.lr:g} / {CPU.warmup}"
+    vals = {(fam, pt): 5.0 for fam in plan.SWEEP_FAMILIES for pt in grid}
+    for fam in plan.SWEEP_FAMILIES:
+        vals[(fam, new)] = 3.0
+    res = _records(vals)
+    for r in plan.prenorm_check_runs(CPU, res):  # the check prefers the column's point: pre-norm is tuned too
+        res[r.name] = {"name": r.name, "valid_nll": 4.0 if (r.lr, r.warmup) == new else 4.5, "diverged": False}
+    pre = [f for f in plan.tuned_families(CPU, res) if f not in plan.SWEEP_FAMILIES]
+    assert "prenorm" in pre and "msc" in pre
+    for fam, bleus in (("postnorm", [10.0, 10.1, 9.9]), ("deepnorm", [20.0, 20.2, 19.9])):
+        res.update(_converged(f"conv-{fam}-{n}", [10.0, 10.1, 9.9]))
+        res.update(_converged(f"retuned-{fam}-{n}", bleus, at_new))
+
+    def sentence(head):
+        return next(s for s in report.paper_sentences(res, CPU) if s.startswith(f"- **{head}**"))
+
+    deep = sentence("DeepNorm")
+    assert re.search(rf"{n} layers: better \(\+[\d.]+\)[^;]* \[retuned\]", deep), deep
+    assert "[retuned]: both sides" in deep and own not in deep
+    # the pre-norm families' sweep chooses the same point; MSC's call against pre-norm is then [retuned]
+    res.update(_records({(fam, pt): 3.0 if pt == new else 5.0 for fam in pre for pt in plan.family_grid(CPU, fam)}))
+    assert all(plan.sweep_choice(CPU, res, fam) == new for fam in pre)
+    for fam, bleus in (("prenorm", [15.0, 15.1, 14.9]), ("msc", [18.0, 18.2, 17.9])):
+        res.update(_converged(f"conv-{fam}-{n}", [15.0, 15.1, 14.9]))
+        res.update(_converged(f"retuned-{fam}-{n}", bleus, at_new))
+    msc = sentence("MSC")
+    assert re.search(rf"{n} layers: better \(\+[\d.]+\)[^;]* \[retuned\]", msc) and own in msc, msc
+    assert own not in sentence("DeepNorm")
