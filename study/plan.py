@@ -511,7 +511,8 @@ def _column_vote(p: Preset, results: Dict[str, dict], provisional: bool) -> Tupl
     if not choices:
         return None, False
     top = max(choices.count(c) for c in choices)
-    return next(c for c in choices if choices.count(c) == top), len({c for c in choices if choices.count(c) == top}) > 1
+    tied = [c for c in choices if choices.count(c) == top]  # in SWEEP_FAMILIES' order: post-norm's first
+    return tied[0], len(set(tied)) > 1
 
 
 def prenorm_check_runs(p: Preset, results: Optional[Dict[str, dict]] = None, own_only: bool = False,
