@@ -873,7 +873,8 @@ def partial_table(runs: Dict[str, dict], step: int, columns: int = 6) -> List[st
     """Unfinished runs by name: where each stopped, its train loss and speed, and its valid NLL at
     at most ``columns`` evenly spaced multiples of the validation interval ``step`` (``valid_interval``;
     fairseq also validates at each epoch's end, at updates no two runs share; "-": the run did not
-    validate there)."""
+    validate there).  A run whose training finished and whose evaluation the deadline stopped reads
+    "N (trained, not yet evaluated)"."""
     logs = {n: dict((int(u), v) for u, v in r.get("valid_log", [])) for n, r in runs.items()}
     top = max((u for log in logs.values() for u in log), default=0)
     every = step * max(1, math.ceil(top / (columns * step)))
@@ -884,7 +885,8 @@ def partial_table(runs: Dict[str, dict], step: int, columns: int = 6) -> List[st
     for n, r in runs.items():
         m = r.get("machine") or {}
         ups = r.get("updates_per_second")
-        out.append(f"| {n} | {m.get('gpu') or m.get('cpu', '-')} | {r['updates']} | {r['final_train_loss']:.3f} | "
+        at = f"{r['updates']} (trained, not yet evaluated)" if r.get("trained") else r["updates"]
+        out.append(f"| {n} | {m.get('gpu') or m.get('cpu', '-')} | {at} | {r['final_train_loss']:.3f} | "
                    f"{'-' if ups is None else f'{ups:.2f}'} | "
                    + " | ".join("-" if u not in logs[n] else f"{logs[n][u]:.2f}" for u in cols)
                    + (f" | {logs[n][max(logs[n])]:.2f} ({max(logs[n])}) |" if logs[n] else " | - |"))

@@ -265,7 +265,11 @@ class Study:
                "diverged": not losses or not math.isfinite(losses[-1][1]), "machine": self.machine()}
         if not out["diverged"]:
             avg = save / "checkpoint_avg.pt"  # the last 3 checkpoints averaged (by study/evaluate.py)
-            out.update(self.evaluate(avg, r.unk_gap, average_dir=save, valid_only=r.valid_only))
+            try:
+                out.update(self.evaluate(avg, r.unk_gap, average_dir=save, valid_only=r.valid_only))
+            except Deadline:  # trained, not yet evaluated: the partial record says how far it got
+                self._keep_partial(r, cmd, save, out["train_seconds"], trained=True)
+                raise
             out["checkpoint"] = str(avg.relative_to(self.work))
         if r.valid_log:  # the valid NLL at every save: where a run leaves (or stays on) a plateau
             out["valid_log"] = (partial_record(save / "train.log") or {}).get("valid_log", [])
@@ -339,12 +343,14 @@ class Study:
             except FileNotFoundError:  # deleted meanwhile (a second study command on the same run)
                 pass
 
-    def _keep_partial(self, r: Run, cmd: Sequence, save: Path, seconds: float) -> None:
+    def _keep_partial(self, r: Run, cmd: Sequence, save: Path, seconds: float, trained: bool = False) -> None:
         """Record a run stopped by ``--deadline-minutes`` before it finished (:func:`partial_record`)
         as ``<records>/partial/<run>.json``, so that a machine lent for a few minutes, whose checkpoints
         are lost with it, brings back at least the run's validation curve; the finished run's record
         replaces it (:meth:`_save`).  A partial record further on than this segment (kept by an earlier
-        machine whose checkpoints this work directory lacks) is never overwritten by it."""
+        machine whose checkpoints this work directory lacks) is never overwritten by it.  ``trained``: the
+        training had finished and the deadline stopped its evaluation (recorded as ``"trained": true``;
+        the same command evaluates it without training further)."""
         out = partial_record(save / "train.log")
         path = partial_path(self.records, r.name)
         if out is None or path is None:
@@ -357,11 +363,14 @@ class Study:
             return
         out.update({"name": r.name, "system": r.system, "seed": r.seed, "command": _portable(cmd),
                     "train_seconds": round(seconds, 1), "machine": self.machine()})
+        if trained:
+            out["trained"] = True
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")  # a stop while writing never leaves half a record
         tmp.write_text(json.dumps(out, indent=1) + "\n")
         tmp.replace(path)
-        log(f"  {r.name}: stopped unfinished at {out['updates']} updates; kept {path}")
+        log(f"  {r.name}: " + (f"trained ({out['updates']} updates), its evaluation stopped by the deadline"
+                                if trained else f"stopped unfinished at {out['updates']} updates") + f"; kept {path}")
 
     @staticmethod
     def losses(save: Path) -> List[Tuple[int, float]]:

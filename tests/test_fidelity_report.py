@@ -1062,6 +1062,48 @@ def test_a_run_stopped_by_the_deadline_keeps_its_valid_curve_until_its_record_re
     assert "## 1c. Unfinished runs" not in report.read_text()
 
 
+def test_a_deadline_during_the_evaluation_records_the_trained_run_and_the_same_command_only_evaluates_it(
+        tmp_path, capsys):
+    """The deadline can stop a run after its training finished, while its checkpoints are evaluated: the
+    partial record then says how far the training got (not the previous segment's updates) and that it
+    trained, the log says so, and the next command evaluates it without training again."""
+    from study import launcher as launcher_mod
+    from study import plan
+    from study import run as runner
+
+    p = plan.PRESETS["tiny"]
+    records = tmp_path / "records"
+    run = plan.baseline(p, [1])[0]
+    study = runner.Study(p, tmp_path, tmp_path / "no-data", tmp_path / "tok", threads=1, fork=False, records=records)
+    trainings = []
+
+    def train(cmd, out, err=None, tick=None):
+        trainings.append(cmd)
+        Path(out).write_text("".join(
+            f"2026-12-06 09:27:00 | INFO | train_inner | "
+            f"{json.dumps({'epoch': 1, 'loss': '6.0', 'ups': '2.0', 'num_updates': str(u)})}\n" for u in (2, 4, 6)))
+        return 0
+
+    def stopped(*a, **k):
+        raise launcher_mod.Deadline()
+
+    study.launch.run, study.evaluate = train, stopped
+    with pytest.raises(launcher_mod.Deadline):
+        study.train(run)
+    part = json.loads((records / "partial" / f"{run.name}.json").read_text())
+    assert part["trained"] is True and part["updates"] == 6 and part["unfinished"]
+    said = capsys.readouterr()
+    assert f"{run.name}: trained (6 updates), its evaluation stopped by the deadline" in said.out + said.err
+    from study import report as study_report
+    row = next(r for r in study_report.partial_table({run.name: part}, 2) if r.startswith(f"| {run.name} |"))
+    assert "| 6 (trained, not yet evaluated) | 6.000 | 2.00 |" in row
+
+    study.evaluate = lambda *a, **k: {"valid_nll": 5.0}
+    out = study.train(run)
+    assert out["valid_nll"] == 5.0 and len(trainings) == 1  # evaluated, not trained again
+    assert not (records / "partial" / f"{run.name}.json").exists()
+
+
 def test_a_segment_that_restarted_without_the_checkpoints_never_overwrites_a_further_partial_record(
         tmp_path, capsys):
     """A new machine (a fresh work directory) lacks the checkpoints of a run that an earlier machine
