@@ -227,7 +227,7 @@ def retuned_words(p, results: Dict[str, dict]) -> str:
     unchosen = [DISPLAY[f] for f in tuned if plan.sweep_choice(p, results, f) is None and not plan.sweep_failed(p, results, f)]
     failed = [DISPLAY[f] for f in tuned if plan.sweep_failed(p, results, f)]
     rest = [f"{left} run{'s' if left != 1 else ''} still to go" if left else "none left to run"]
-    rest += [f"those of {_names(unchosen)} once their sweep has chosen"] if unchosen else []
+    rest += [f"and those of {_names(unchosen)} once their sweep has chosen (not counted yet)"] if unchosen else []
     rest += [f"none for {_names(failed)}, which failed at every point of the grid"] if failed else []
     head = ("The converged runs at the chosen recipes (the study's convergence rule, where the choice moved from "
             "the old recipe): ")
