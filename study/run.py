@@ -263,13 +263,23 @@ class Study:
                "train_seconds": float((save / ".trained").read_text()), "losses": losses,
                "final_train_loss": final_loss(losses),
                "diverged": not losses or not math.isfinite(losses[-1][1]), "machine": self.machine()}
+        try:
+            self._evaluate_trained(r, save, out)
+        except Deadline:  # trained, not yet evaluated: the partial record says how far it got
+            self._keep_partial(r, cmd, save, out["train_seconds"], trained=True)
+            raise
+        self._save(r.name, out)
+        log(f"  {r.name}: " + json.dumps({k: out.get(k) for k in ("final_train_loss", "valid_nll", "bleu",
+                                                                   "train_bleu", "unk_gap", "train_seconds")}))
+        return out
+
+    def _evaluate_trained(self, r: Run, save: Path, out: dict) -> None:
+        """Add to a trained run's record what its checkpoints say: the average of its last 3 evaluated
+        (unless it diverged), its valid curve, diagnostics, where the patience rule stopped it, and its
+        curve points; the deadline may stop this (:class:`study.launcher.Deadline`)."""
         if not out["diverged"]:
             avg = save / "checkpoint_avg.pt"  # the last 3 checkpoints averaged (by study/evaluate.py)
-            try:
-                out.update(self.evaluate(avg, r.unk_gap, average_dir=save, valid_only=r.valid_only))
-            except Deadline:  # trained, not yet evaluated: the partial record says how far it got
-                self._keep_partial(r, cmd, save, out["train_seconds"], trained=True)
-                raise
+            out.update(self.evaluate(avg, r.unk_gap, average_dir=save, valid_only=r.valid_only))
             out["checkpoint"] = str(avg.relative_to(self.work))
         if r.valid_log:  # the valid NLL at every save: where a run leaves (or stays on) a plateau
             out["valid_log"] = (partial_record(save / "train.log") or {}).get("valid_log", [])
@@ -282,10 +292,6 @@ class Study:
             curve = self.curve(save, r.curve_every, evaluate=not out["diverged"])
             if not out["diverged"]:
                 out["curve"] = curve
-        self._save(r.name, out)
-        log(f"  {r.name}: " + json.dumps({k: out.get(k) for k in ("final_train_loss", "valid_nll", "bleu",
-                                                                   "train_bleu", "unk_gap", "train_seconds")}))
-        return out
 
     def curve(self, save: Path, every: int, evaluate: bool = True) -> List[dict]:
         """Valid NLL and test BLEU of the single checkpoint at every multiple of ``every`` updates

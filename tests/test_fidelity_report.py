@@ -1103,6 +1103,16 @@ def test_a_deadline_during_the_evaluation_records_the_trained_run_and_the_same_c
     assert out["valid_nll"] == 5.0 and len(trainings) == 1  # evaluated, not trained again
     assert not (records / "partial" / f"{run.name}.json").exists()
 
+    # the same where the deadline stops a converged run's curve points, after its average was evaluated
+    import dataclasses
+    conv = dataclasses.replace(run, name="conv-curve-s1", curve_every=2)
+    study.curve = stopped
+    with pytest.raises(launcher_mod.Deadline):
+        study.train(conv)
+    assert json.loads((records / "partial" / "conv-curve-s1.json").read_text())["trained"] is True
+    study.curve = lambda *a, **k: [{"updates": 2, "bleu": 1.0}]
+    assert study.train(conv)["curve"] == [{"updates": 2, "bleu": 1.0}] and len(trainings) == 2
+
 
 def test_a_segment_that_restarted_without_the_checkpoints_never_overwrites_a_further_partial_record(
         tmp_path, capsys):
