@@ -357,6 +357,18 @@ def sweep_depth(p: Preset) -> int:
     return p.depths[-1]
 
 
+def rate(x: float) -> str:
+    """A peak rate as the papers write it, in every sentence and table of the report: 0.002 -> 2e-3,
+    0.0015 -> 1.5e-3.  Run names keep ``{x:g}`` (``lr0.002``): they key the records and must not change."""
+    mant, exp = f"{x:.6e}".split("e")
+    return f"{mant.rstrip('0').rstrip('.')}e{int(exp)}"
+
+
+def point_text(lr: float, warmup: int) -> str:
+    """A recipe's point in words: ``2e-3 / 600`` (peak rate / warm-up updates)."""
+    return f"{rate(lr)} / {warmup}"
+
+
 def sweep_name(fam: str, depth: int, lr: float, warmup: int, seed: int = 1) -> str:
     return f"sweep-lr{lr:g}-w{warmup}-{fam}-{depth}-s{seed}"  # the depth last, as in every run's name
 
@@ -675,8 +687,8 @@ def superseded(p: Preset, results: Dict[str, dict]) -> Dict[str, str]:
         side = "post-norm default" if fam in SWEEP_FAMILIES else "pre-norm default"
         why = " (chosen on test)" if fam in SWEEP_FAMILIES else ""
         if len(retuned_records(p, results, fam, n)) >= CONVERGED_SEEDS:
-            out[f"conv-{fam}-{n}"] = (f"superseded by {r.system}: trained at the {side} {old[0]:g} / "
-                                      f"{old[1]} on Adam{why}, the sweep chose {r.lr:g} / {r.warmup} "
+            out[f"conv-{fam}-{n}"] = (f"superseded by {r.system}: trained at the {side} {point_text(*old[:2])} "
+                                      f"on Adam{why}, the sweep chose {point_text(r.lr, r.warmup)} "
                                       f"on {r.optimizer} (issue 77)")
     return out
 

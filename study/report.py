@@ -17,7 +17,8 @@ from .plan import (CONVERGED_SEEDS, DD_KINDS, FAMILIES, RECORDS, REPO, REPORTS, 
                    valid_interval, diag_runs, sweep_name, BIGBATCH, chosen_recipe, old_recipe,
                    retuned_name, superseded, SWEEP_FAMILIES, current_system, family_grid, tuned_families, retuned_runs,
                    postnorm_column_pairs, waiting_runs, column_sides, finite_nll,
-                   prenorm_check_verdict, sweep_failed, middle_depth, postnorm_schedule, sweep_point, reference_family)
+                   prenorm_check_verdict, sweep_failed, middle_depth, postnorm_schedule, sweep_point, reference_family,
+                   point_text, rate)
 from .stats import ALPHA, BOOTSTRAP_SAMPLES, SEED_SAMPLES, decode_stats, paired_bootstrap, seed_bootstrap
 
 FINDINGS = Path(__file__).with_name("findings.md")
@@ -237,7 +238,7 @@ def table(systems: Dict[str, List[dict]], names: List[str], extra: Tuple[Tuple[s
 
 def _postnorm_schedule(p) -> str:
     lr, warmup = postnorm_schedule(p)
-    return "" if (lr, warmup) == (p.lr, p.warmup) else f" (post-norm runs: lr {lr}, {warmup} warm-up updates)"
+    return "" if (lr, warmup) == (p.lr, p.warmup) else f" (post-norm runs: lr {rate(lr)}, {warmup} warm-up updates)"
 
 
 def is_committed(p, path: Path) -> bool:
@@ -509,12 +510,12 @@ def sweep_section(p, results: Dict[str, dict]) -> List[str]:
     budget, the chosen point (:func:`study.plan.sweep_choice`: the lowest valid NLL) in bold."""
     n, tab = sweep_depth(p), sweep_table(p, results)
     grid = list(dict.fromkeys(pt for fam in tab for pt in family_grid(p, fam)))  # a pre-norm family's own point last
-    head = [f"{lr:g} / {w}" for lr, w in grid]
+    head = [point_text(lr, w) for lr, w in grid]
     pre = [fam for fam in tab if fam not in SWEEP_FAMILIES]
     out = ["## 5. The post-norm column's recipe, chosen on valid (issue 77)", "",
            f"Every post-norm family" + (f" and, since the pre-norm check below called for it, every pre-norm family "
-                                        f"({', '.join(DISPLAY[f] for f in pre)}; with its own point {p.lr:g} / "
-                                        f"{p.warmup} added to the grid)" if pre else "")
+                                        f"({', '.join(DISPLAY[f] for f in pre)}; with its own point {point_text(p.lr, p.warmup)}"
+                                        f" added to the grid)" if pre else "")
            + f" at {n} encoder layers ({p.decoder_layers} decoder layers), seed 1, "
            f"{p.sweep_updates} updates of at most {p.max_tokens} tokens, no clipping, at each peak lr / warm-up "
            "of the grid (inverse-sqrt decay); Admin on RAdam (`--optimizer radam`, as its authors train it), the "
@@ -532,7 +533,7 @@ def sweep_section(p, results: Dict[str, dict]) -> List[str]:
             cell = v if v == "—" else nll_cell(v)
             cells.append(f"**{cell}**" if pt == best else cell)
         out.append(f"| {fam}-{n} | " + " | ".join(cells) + " | "
-                   + (f"{best[0]:g} / {best[1]}" if best else "none: failed at every point of the grid"
+                   + (point_text(*best[:2]) if best else "none: failed at every point of the grid"
                       if sweep_failed(p, results, fam) else f"not yet ({sum(v is None for v in row.values())} "
                                                              f"of {len(row)} to run)") + " |")
     edges = [(fam, sweep_edge(p, results, fam)) for fam in tab]
@@ -540,22 +541,22 @@ def sweep_section(p, results: Dict[str, dict]) -> List[str]:
     if edges:
         rates = sorted({lr for lr, _ in grid})
         out += ["", "On the grid's edge (`study.plan.sweep_edge`): the lowest valid NLL so far lies at the grid's "
-                + "; ".join(f"{e} peak rate ({rates[-1] if e == 'highest' else rates[0]:g}) for {fam}" for fam, e in edges)
+                + "; ".join(f"{e} peak rate ({rate(rates[-1] if e == 'highest' else rates[0])}) for {fam}" for fam, e in edges)
                 + ". The rule chooses inside the grid, so a rate beyond it was not tried: the optimum may lie there."]
     point = postnorm_point(p, results)
     check = prenorm_check_runs(p, results)
     mid = middle_depth(p)
     out += ["", f"The pre-norm side's check (issue 77, part 2): pre-norm and MSC at {mid} layers, the same budget "
-            f"and rule, at their own point ({p.lr:g} / {p.warmup}) and at the post-norm column's (the point most "
+            f"and rule, at their own point ({point_text(p.lr, p.warmup)}) and at the post-norm column's (the point most "
             "of its families chose, `study.plan.postnorm_point`: "
-            + (f"{point[0]:g} / {point[1]}" if point else "not chosen yet") + "). Where the other point is better "
+            + (point_text(*point[:2]) if point else "not chosen yet") + "). Where the other point is better "
             "on valid for either, every pre-norm family gets the grid (with its own point; `study.plan.prenorm_tuned`) "
             "and its converged runs are redone where its choice moves.", "",
             "| system | point | valid NLL |", "|---|---|---|"]
     for r in check:
         res = results.get(r.name)
         v = None if res is None else finite_nll(res)
-        out.append(f"| {sweep_point(r.system)[0]}-{mid} | {r.lr:g} / {r.warmup} | {nll_cell(v)} |")
+        out.append(f"| {sweep_point(r.system)[0]}-{mid} | {point_text(r.lr, r.warmup)} | {nll_cell(v)} |")
     verdict = prenorm_check_verdict(p, results)
     if verdict:
         out += [""] + [f"- {fam}-{mid}: " + ("its own point is better on valid (or as good): its runs stand" if v == "own"
@@ -565,8 +566,8 @@ def sweep_section(p, results: Dict[str, dict]) -> List[str]:
                        for fam, v in verdict.items()]
     old = old_recipe(p)
     out += ["", "The converged runs again (issue 77, part 3): each family whose chosen recipe differs from the one "
-            f"its converged runs used ({old[0]:g} / {old[1]} on Adam for the post-norm column"
-            + (f", {p.lr:g} / {p.warmup} on Adam for the pre-norm families" if pre else "")
+            f"its converged runs used ({point_text(*old[:2])} on Adam for the post-norm column"
+            + (f", {point_text(p.lr, p.warmup)} on Adam for the pre-norm families" if pre else "")
             + ") is retrained by the converged rule with 3 seeds, as `retuned-<family>-<depth>`: a post-norm "
             f"family at every depth ({', '.join(map(str, p.depths))}; the shallower ones at the {n}-layer choice, no "
             "grid is run there)" + (", a pre-norm family at the depths of its converged runs" if pre else "")
@@ -579,9 +580,9 @@ def sweep_section(p, results: Dict[str, dict]) -> List[str]:
         if rec is None:
             what, runs = "not chosen yet", "wait for the sweep"
         elif rec == old_recipe(p, fam):
-            what, runs = f"{rec[0]:g} / {rec[1]} on {rec[2]}", "unchanged: the old converged runs stand"
+            what, runs = f"{point_text(*rec[:2])} on {rec[2]}", "unchanged: the old converged runs stand"
         else:
-            what = f"{rec[0]:g} / {rec[1]} on {rec[2]}"
+            what = f"{point_text(*rec[:2])} on {rec[2]}"
             runs = "; ".join(f"{retuned_name(fam, d)}: " + ("done, supersedes conv-" + f"{fam}-{d}"
                                                              if f"conv-{fam}-{d}" in gone else "planned")
                              for d in p.depths if retuned_name(fam, d) in planned_retuned)
@@ -633,7 +634,7 @@ def column_calls_section(p, results: Dict[str, dict]) -> List[str]:
     out = ["### 5c. The post-norm column's calls: old recipe and chosen recipe, side by side", "",
            f"Every converged comparison that involves plain post-norm, DeepNorm, Admin or transparent post-norm "
            f"(`study.plan.postnorm_column_pairs`), called by the study's one rule on the old systems (`conv-`, "
-           f"trained at {old[0]:g} / {old[1]} on Adam) and on the current ones (`retuned-` at the sweep's choice "
+           f"trained at {point_text(*old[:2])} on Adam) and on the current ones (`retuned-` at the sweep's choice "
            "where it has every seed; a family whose choice is the old recipe keeps its runs). Test BLEU.", "",
            "| comparison | old call | new call |", "|---|---|---|"]
     for r in column_call_rows(p, results):
@@ -703,7 +704,7 @@ def diag_section(p, results: Dict[str, dict]) -> List[str]:
             log = [(u, v) for u, v in rec.get("valid_log") or []]
             return [next((f"{v:.2f}" for u, v in reversed(log) if u <= m), "—") for m in marks]
 
-        out += ["", f"Is the batch the cause? {fam} at {n} layers, {lr:g} / {w}, valid NLL (fairseq's, the training "
+        out += ["", f"Is the batch the cause? {fam} at {n} layers, {point_text(lr, w)}, valid NLL (fairseq's, the training "
                 f"model) by update with {p.bigbatch_freq} x {p.max_tokens} tokens an update (`--update-freq "
                 f"{p.bigbatch_freq}`: Admin's 32K) against its sweep run at {p.max_tokens}:", "",
                 "| tokens an update | " + " | ".join(f"@{m}" for m in marks) + " |", "|---" * (len(marks) + 1) + "|",
@@ -828,7 +829,7 @@ def waiting_sentence(p, results: Dict[str, dict], planned: Sequence[str]) -> str
     parts = []
     if checks:
         point = postnorm_point(p, results, provisional=True)
-        parts.append(f"the pre-norm check at {point[0]:g} / {point[1]} ({', '.join(checks)}: ≤ "
+        parts.append(f"the pre-norm check at {point_text(*point[:2])} ({', '.join(checks)}: ≤ "
                      f"{remaining_hours(p, checks, results):.1f} core-hours)")
     if conv:
         like, guess = [], 0.0
@@ -840,7 +841,7 @@ def waiting_sentence(p, results: Dict[str, dict], planned: Sequence[str]) -> str
                 like.append(r.name)
         fams = sorted({family_of(r.system) for r in conv}, key=list(DISPLAY).index)
         parts.append(f"the converged runs again for {', '.join(DISPLAY[f] for f in fams)} ({len(conv)} runs at "
-                     f"{', '.join(sorted({f'{r.lr:g} / {r.warmup} on {r.optimizer}' for r in conv}))}: ≤ "
+                     f"{', '.join(sorted({f'{point_text(r.lr, r.warmup)} on {r.optimizer}' for r in conv}))}: ≤ "
                      f"{remaining_hours(p, [r.name for r in conv], results):.0f} core-hours at the cap"
                      + (f"; about {guess:.0f} core-hours for the {len(like)} of them whose old runs stopped by the "
                         "patience rule, if they stop as early" if like else "") + ")")
@@ -1135,8 +1136,8 @@ def paper_sentences(results: Dict[str, dict], p) -> List[str]:
         words = {"old": "calls not marked [retuned] read runs at the study's first recipe, while their families "
                         "are retuned on valid (issue 77)",
                  "retuned": f"[retuned]: both sides at their recipe chosen on valid over the grid of peak rates "
-                            f"{' / '.join(f'{lr:g}' for lr in rates)} x warm-ups {' / '.join(str(w) for w in warm)}"
-                            + (f", a pre-norm family's with its own point {p.lr:g} / {p.warmup}"
+                            f"{' / '.join(rate(lr) for lr in rates)} x warm-ups {' / '.join(str(w) for w in warm)}"
+                            + (f", a pre-norm family's with its own point {point_text(p.lr, p.warmup)}"
                                if "retuned-pre" in seen and (p.lr, p.warmup) not in grid
                                else "")
                             + f" ({sweep_depth(p)} encoder layers, {p.sweep_updates} updates; docs/fidelity.md section 5)"}

@@ -34,14 +34,8 @@ Point = Tuple[float, int]
 OPTIMIZER = {"adam": "Adam", "radam": "RAdam"}
 
 
-def _lr(x: float) -> str:
-    """A peak rate as the papers write it: 0.002 -> 2e-3, 0.0015 -> 1.5e-3."""
-    mant, exp = f"{x:.6e}".split("e")
-    return f"{mant.rstrip('0').rstrip('.')}e{int(exp)}"
-
-
 def _pt(point: Point) -> str:
-    return f"{_lr(point[0])} / {point[1]}"
+    return plan.point_text(point[0], point[1])
 
 
 def _names(items: Sequence[str]) -> str:
@@ -67,7 +61,7 @@ def where_off(grid: Sequence[Point], row: Dict[Point, Optional[float]]) -> str:
         return "at every point" + so_far
     for lr in sorted({lr for lr, _ in done}):
         if set(off) == {pt for pt in done if pt[0] >= lr}:
-            return f"at every point from {_lr(lr)} up" + so_far
+            return f"at every point from {plan.rate(lr)} up" + so_far
     return "at " + _names([_pt(pt) for pt in sorted(off)]) + " only" + so_far
 
 
@@ -82,7 +76,7 @@ def warmup_words(fam: str, grid: Sequence[Point], row: Dict[Point, Optional[floa
         if len(pts) < 2:
             continue
         if len({side(v) for _, v in pts}) > 1:
-            flips.append(f"{DISPLAY[fam]} at {_lr(lr)} (" + ", ".join(
+            flips.append(f"{DISPLAY[fam]} at {plan.rate(lr)} (" + ", ".join(
                 f"{nll_cell(v)} with {w} warm-up updates" for w, v in pts) + ")")
         elif all(math.isfinite(v) for _, v in pts):
             d = max(v for _, v in pts) - min(v for _, v in pts)
@@ -106,7 +100,7 @@ def family_line(p, results: Dict[str, dict], fam: str) -> str:
     for w in sorted({w for _, w in grid}, reverse=True):
         rs = [lr for lr in rates if (lr, w) in grid]
         parts.append(" / ".join(nll_cell(row[(lr, w)]) for lr in rs) + f" with {w} warm-up updates"
-                     + ("" if rs == rates else f" (at {' / '.join(_lr(lr) for lr in rs)})"))
+                     + ("" if rs == rates else f" (at {' / '.join(plan.rate(lr) for lr in rs)})"))
     choice, old = plan.sweep_choice(p, results, fam), plan.old_recipe(p, fam)
     opt = plan.SWEEP_OPTIMIZER.get(fam, "adam")
     text = f"- **{DISPLAY[fam]}** ({OPTIMIZER[opt]}): " + "; ".join(parts) + ". Chosen: "
@@ -139,7 +133,7 @@ def sweep_words(p, results: Dict[str, dict], families: Sequence[str], who: str) 
     rates, warm = sorted({lr for lr, _ in common}), sorted({w for _, w in common})
     count = f"{done} of the {total} points run" if done else f"none of its {total} points has run yet"
     lines = [f"{who}: {_names([DISPLAY[f] for f in families])} at {plan.sweep_depth(p)} encoder layers, "
-             f"{p.sweep_updates} updates, seed 1, at peak rates {' / '.join(_lr(lr) for lr in rates)} x warm-ups "
+             f"{p.sweep_updates} updates, seed 1, at peak rates {' / '.join(plan.rate(lr) for lr in rates)} x warm-ups "
              f"{' / '.join(str(w) for w in warm)}"
              + (f", plus each family's own point {_names([_pt(pt) for pt in extra])}" if extra else "")
              + f" ({count}); the rule chooses the lowest valid NLL (bits/token), and test is not read. Off the "

@@ -125,9 +125,9 @@ def test_a_best_point_on_the_grids_edge_of_rates_is_flagged():
     from study.report import sweep_section
 
     text = "\n".join(sweep_section(CPU, _records(falling)))
-    assert f"highest peak rate ({rates[-1]:g}) for postnorm" in text
+    assert f"highest peak rate ({plan.rate(rates[-1])}) for postnorm" in text
     text = "\n".join(sweep_section(CPU, _records(rising)))
-    assert f"lowest peak rate ({rates[0]:g}) for postnorm" in text
+    assert f"lowest peak rate ({plan.rate(rates[0])}) for postnorm" in text
 
 
 def test_the_committed_report_marks_the_choice_the_records_make():
@@ -153,7 +153,7 @@ def test_the_committed_report_marks_the_choice_the_records_make():
                 else None)
         assert best == plan.sweep_choice(CPU, results, fam), fam
         if best:
-            assert chosen == f"{best[0]:g} / {best[1]}", fam
+            assert chosen == plan.point_text(*best), fam
         else:
             assert chosen.startswith(("not yet", "none: failed")), fam
         for pt, cell in zip(CPU.sweep_grid, values):
@@ -187,7 +187,7 @@ def test_a_tiny_sweep_trains_on_radam_keeps_the_valid_curve_and_never_translates
     assert "--optimizer radam" in rec["command"] and "--valid-only" in rec["eval_command"]
     assert not (work / "runs" / name / "eval.out").read_text().count('"bleu"')
     text = report.read_text()
-    assert f"| admin-{tiny.depths[-1]} | **{rec['valid_nll']:.3f}** | 0.001 / 1 |" in text
+    assert f"| admin-{tiny.depths[-1]} | **{rec['valid_nll']:.3f}** | 1e-3 / 1 |" in text
 
 
 def test_the_pre_norm_check_runs_at_its_own_point_then_at_the_post_norm_columns_choice():
@@ -325,7 +325,7 @@ def test_converged_runs_are_redone_at_the_chosen_recipe_where_it_changed_and_sup
     assert plan.superseded(CPU, res) == {}  # two of three seeds
     res.update(_converged("retuned-deepnorm-24", [20.0, 20.0, None], recipe=(*new, "adam")))
     gone = plan.superseded(CPU, res)  # a seed that diverged at the chosen recipe is a result, not a gap
-    assert list(gone) == ["conv-deepnorm-24"] and "0.001 / 1000" in gone["conv-deepnorm-24"]
+    assert list(gone) == ["conv-deepnorm-24"] and "1e-3 / 1000" in gone["conv-deepnorm-24"]
 
 
 def _converged(system, bleus, recipe=None):
@@ -398,7 +398,7 @@ def test_every_post_norm_column_call_is_recomputed_on_the_retuned_systems_beside
     # is marked and the sentence names the grid; one still on the first recipe is said to be so
     assert re.search(r"12 layers: better \(\+[\d.]+\)[^;]* \[retuned\]", sentence), sentence
     assert re.search(r"24 layers: [a-z ]+ \([-+][\d.]+\) \(\[retuned\]: both sides", sentence), sentence
-    rates = " / ".join(f"{lr:g}" for lr in sorted({lr for lr, _ in CPU.sweep_grid}))
+    rates = " / ".join(plan.rate(lr) for lr in sorted({lr for lr, _ in CPU.sweep_grid}))
     assert f"[retuned]: both sides at their recipe chosen on valid over the grid of peak rates {rates}" in sentence
     assert "calls not marked [retuned] read runs at the study's first recipe" in sentence
     msc = next(s for s in report.paper_sentences(res, CPU) if s.startswith("- **MSC**"))
@@ -436,7 +436,7 @@ def test_the_status_line_forecasts_the_runs_that_wait_for_the_sweeps_choice():
     assert {r.system for r in wait if r.name.startswith("retuned-")} == {
         plan.retuned_name(f, n) for f in ("postnorm", "deepnorm", "admin") for n in CPU.depths}
     text = report.waiting_sentence(CPU, res, now)
-    assert f"the pre-norm check at {new[0]:g} / {new[1]}" in text and "27 runs" in text
+    assert f"the pre-norm check at {plan.point_text(*new)}" in text and "27 runs" in text
     assert "about 3 core-hours for the 3 of them whose old runs" in text  # conv-deepnorm-12: 1 h a seed
     res = dict(full)
     now = plan.planned(CPU, [1, 2], results=res)
@@ -522,10 +522,10 @@ def test_the_generated_words_follow_the_records():
             for fam, report_name in (("postnorm", "post-norm"), ("deepnorm", "DeepNorm"),
                                      ("transparent-post", "transparent (post-norm)"))}
     assert "Off the plateau at no point." in line["postnorm"]
-    assert f"Off the plateau at every point from {retune._lr(rates[1])} up." in line["transparent-post"]
-    assert f"Off the plateau at {retune._lr(old[0])} / 1000 only." in line["deepnorm"]
-    assert f"Chosen: {retune._lr(old[0])} / 1000 (4.200)" in line["deepnorm"]
-    assert f"the warm-up decides where a run ends for DeepNorm at {retune._lr(old[0])} (5.800 with " \
+    assert f"Off the plateau at every point from {plan.rate(rates[1])} up." in line["transparent-post"]
+    assert f"Off the plateau at {plan.rate(old[0])} / 1000 only." in line["deepnorm"]
+    assert f"Chosen: {plan.rate(old[0])} / 1000 (4.200)" in line["deepnorm"]
+    assert f"the warm-up decides where a run ends for DeepNorm at {plan.rate(old[0])} (5.800 with " \
            f"{old[1]} warm-up updates, 4.200 with 1000" in block
     assert "The old recipe kept DeepNorm on the plateau" in block
     vals[("deepnorm", old)] = 4.5  # the old point off the plateau too: no longer held back, no flip
@@ -542,12 +542,12 @@ def test_the_generated_words_follow_the_records():
     vals[("deepnorm", old)], vals[("deepnorm", (old[0], 1000))] = None, 4.2
     block = retune.findings_block(CPU, _records(vals))
     assert "The old recipe kept" not in block
-    assert f"for DeepNorm at {retune._lr(old[0])} (diverged with {old[1]} warm-up updates, 4.200 with 1000" in block
+    assert f"for DeepNorm at {plan.rate(old[0])} (diverged with {old[1]} warm-up updates, 4.200 with 1000" in block
     # a partial grid: "so far", and no claim about a rate that has not run
     part = {("postnorm", (rates[0], 600)): 5.8, ("postnorm", (rates[-1], 600)): 4.0}
     assert retune.where_off(grid, plan.sweep_row(CPU, _records(part), "postnorm")) == \
-        f"at every point from {retune._lr(rates[-1])} up so far"
-    assert f"post-norm-24 at every point from {retune._lr(rates[-1])} up so far" in retune.readme_sentence(CPU, _records(part))
+        f"at every point from {plan.rate(rates[-1])} up so far"
+    assert f"post-norm-24 at every point from {plan.rate(rates[-1])} up so far" in retune.readme_sentence(CPU, _records(part))
     assert "post-norm: not yet" in retune.readme_sentence(CPU, _records(part))
     # a family that fails everywhere chooses nothing and is said so, never "once their sweep has chosen"
     vals = {(fam, pt): 5.8 for fam in plan.SWEEP_FAMILIES for pt in grid}
@@ -709,12 +709,12 @@ def test_a_pre_norm_check_that_prefers_the_columns_point_sweeps_the_pre_norm_fam
         assert {f"retuned-{fam}-{d}-s{s}" for d in depths for s in (1, 2, 3)} <= retuned_pre
         for d in depths:  # the old converged system is superseded, with the pre-norm default named
             why = plan.superseded(CPU, res)[f"conv-{fam}-{d}"]
-            assert f"pre-norm default {own[0]:g} / {own[1]}" in why and "chosen on test" not in why
+            assert f"pre-norm default {plan.point_text(*own)}" in why and "chosen on test" not in why
             assert plan.current_system(CPU, res, fam, d) == f"retuned-{fam}-{d}"
     assert "transparent-pre" not in plan.converged_families(CPU, CPU.depths[-1], res)  # not run at 24 before
     assert not any(x.startswith(f"retuned-transparent-pre-{CPU.depths[-1]}-") for x in study.trained)
     text = "\n".join(sweep_section(CPU, res))
-    assert f"| prenorm-{n} |" in text and f"| {pre_best[0]:g} / {pre_best[1]} |" in text
+    assert f"| prenorm-{n} |" in text and f"| {plan.point_text(*pre_best)} |" in text
     assert f"| postnorm-{n} |" in text.split(f"| prenorm-{n} |")[0]
     post_row = next(line for line in text.splitlines() if line.startswith(f"| postnorm-{n} |"))
     assert post_row.count("—") == 1  # the pre-norm families' own point is outside the column's grid
@@ -760,7 +760,7 @@ def test_the_retuned_mark_names_a_pre_norm_familys_own_point_only_where_its_sent
     from study import report
 
     grid, new, n = list(CPU.sweep_grid), (1e-3, 1000), CPU.depths[-1]
-    at_new, own = (*new, "adam"), f"a pre-norm family's with its own point {CPU.lr:g} / {CPU.warmup}"
+    at_new, own = (*new, "adam"), f"a pre-norm family's with its own point {plan.point_text(CPU.lr, CPU.warmup)}"
     vals = {(fam, pt): 5.0 for fam in plan.SWEEP_FAMILIES for pt in grid}
     for fam in plan.SWEEP_FAMILIES:
         vals[(fam, new)] = 3.0
