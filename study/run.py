@@ -26,9 +26,9 @@ import statistics
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from deepnmt_fairseq.distill import plan as gpkd_plan
 from deepnmt_fairseq.jobs.fairseq_argv import fairseq_train, user_dir
@@ -95,7 +95,7 @@ class Study:
     def _save(self, name: str, out: dict) -> None:
         """Write the result to the run's ``done.json`` and to its record (never over another record)."""
         text = json.dumps(out, indent=1) + "\n"
-        (self.dir(name) / "done.json").write_text(text)
+        write_atomic(self.dir(name) / "done.json", text)  # read by the scheduler's other threads (run_all's more)
         part = partial_path(self.records, name)
         if part is not None and part.exists():  # what a stopped segment kept: superseded
             part.unlink()
@@ -117,9 +117,7 @@ class Study:
                     log(f"  {name}: the rebuilt run DIFFERS from its record; kept as {rec.name}, the record stays "
                         f"(trained on {new.get('machine')}; the record on {old.get('machine', 'a machine not recorded')})")
             rec.parent.mkdir(parents=True, exist_ok=True)
-            tmp = rec.with_name(rec.name + ".tmp")
-            tmp.write_text(text)
-            tmp.replace(rec)
+            write_atomic(rec, text)
 
     def lacks_statistics(self, name: str) -> bool:
         """A finished, evaluated run recorded before every evaluation kept ``test_stats`` (round 1)."""
@@ -447,18 +445,51 @@ class Study:
         return machine(self.launch.threads, cuda=self.cuda)
 
     # ---------------------------------------------------------------- scheduling
-    def run_all(self, runs: Sequence[Run], jobs: int) -> Dict[str, dict]:
-        runs = list({r.name: r for r in runs}.values())
-        # longest first (the shortest makespan), or shortest first (--order short-first: the most
-        # finished comparisons when the study is stopped early and resumed later)
-        runs.sort(key=lambda r: _cost(r, self.p) * (1 if self.short_first else -1))
-        # --runs: the first matching pattern decides the place (a stable sort); a run not selected is
-        # not trained, but its finished result is returned as a trained one would be (the phases
-        # after this one read the teacher's, stage 1's and the depth search's results from here)
-        kept = {r.name: res for r in runs if not self.selected(r.name) and (res := self.result(r.name)) is not None}
-        runs = sorted((r for r in runs if self.selected(r.name)), key=lambda r: _pattern_index(r.name, self.select or ["*"]))
+    def run_all(self, runs: Sequence[Run], jobs: int,
+                more: Optional[Callable[[], Sequence[Run]]] = None) -> Dict[str, dict]:
+        """Train ``runs``, at most ``jobs`` at once; ``more``, asked after each run finishes, names the runs
+        that finished runs have made ready (issue 77's tuning chain), which join the queue in its order at
+        once, while the runs before them still train: a long run no longer leaves the other slots idle until
+        it ends.  A run is trained at most once per call, so one that failed is not tried again here."""
+        seen: set = set()
+        kept: Dict[str, dict] = {}
+        queue: List[Run] = []
+
+        def add(new: Sequence[Run]) -> None:
+            new = [r for r in {r.name: r for r in new}.values() if r.name not in seen]
+            seen.update(r.name for r in new)
+            # --runs: a run not selected is not trained, but its finished result is returned as a trained
+            # one would be (the phases after this one read the teacher's, stage 1's and the depth search's
+            # results from here)
+            kept.update({r.name: res for r in new if not self.selected(r.name) and (res := self.result(r.name)) is not None})
+            queue.extend(r for r in new if self.selected(r.name))
+            # longest first (the shortest makespan), or shortest first (--order short-first: the most
+            # finished comparisons when the study is stopped early and resumed later); then --runs: the
+            # first matching pattern decides the place (a stable sort)
+            queue.sort(key=lambda r: _cost(r, self.p) * (1 if self.short_first else -1))
+            queue.sort(key=lambda r: _pattern_index(r.name, self.select or ["*"]))
+
+        add(runs)
+        out: Dict[str, dict] = {}
         with ThreadPoolExecutor(jobs) as pool:
-            return {**kept, **dict(zip([r.name for r in runs], pool.map(self.train, runs)))}
+            running: Dict[Future, Run] = {}
+            while queue or running:
+                while queue and len(running) < jobs:
+                    r = queue.pop(0)
+                    running[pool.submit(self.train, r)] = r
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for f in done:
+                    out[running.pop(f).name] = f.result()
+                if more is not None:
+                    add(more())
+        return {**kept, **out}
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all (a reader in another thread or command never sees half of it)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def _pattern_index(name: str, patterns: Sequence[str]) -> Optional[int]:
@@ -679,8 +710,17 @@ def _add_seconds(path: Path, seconds: float) -> float:
 
 
 def run_study(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int], jobs: int) -> None:
-    # phase 1: everything that depends on nothing
-    results = study.run_all(independent_runs(p, only, seeds), jobs)
+    # phase 1: everything that depends on nothing, and, as soon as what they wait for has finished, issue 77's
+    # tuning chain (the pre-norm check, the pre-norm sweep, the converged runs at the chosen recipes): these
+    # need only finished records, so a long run of this phase (Admin's large batch) does not hold them back
+    tuning: set = set()
+
+    def ready(tried: frozenset = frozenset()) -> List[Run]:
+        runs = [r for r in tuning_runs(study, p, only, seeds) if r.name not in tried]
+        tuning.update(r.name for r in runs)
+        return runs
+
+    results = study.run_all(independent_runs(p, only, seeds) + ready(), jobs, more=ready)
     # phase 2: what depends on phase 1
     dec = None
     if "deep-decoder" in only:
@@ -694,15 +734,11 @@ def run_study(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int]
                 d.mkdir(parents=True, exist_ok=True)
                 (d / "dd-depth.json").write_text(json.dumps({"depth": dec, "why": why}) + "\n")
             log(f"deep decoder: {why}")
-    # phase 2 again while it finds runs it has not tried: a run that needs phase 2's results (issue 77:
-    # the pre-norm sweep needs the pre-norm check at the column's point, the pre-norm families' converged
-    # runs need that sweep); a run that failed is tried once per command, as in the other phases
-    todo = dependent_runs(study, p, only, seeds, results, dec, jobs)
-    tried: set = set()
-    while todo:
-        tried.update(r.name for r in todo)
-        study.run_all(todo, jobs)
-        todo = [r for r in tuning_runs(study, p, only, seeds) if r.name not in tried]
+    # the tuning chain goes on here for what phase 2 makes ready; a run phase 1 tried (one that failed) is
+    # tried once per command, as in the other phases
+    tried = frozenset(tuning)
+    todo = [r for r in dependent_runs(study, p, only, seeds, results, dec, jobs) if r.name not in tried]
+    study.run_all(todo, jobs, more=lambda: ready(tried))
     # phase 3: a third seed of both systems of every close headline comparison (issue 16)
     close, seed = close_systems(p, finished(study.work, study.records), dec), [max(seeds) + 1]
     # only the studies with a close comparison (a dependent run may need a checkpoint rebuilt)
@@ -718,8 +754,8 @@ def run_study(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int]
 def tuning_runs(study: Study, p: Preset, only: Sequence[str], seeds: Sequence[int]) -> List[Run]:
     """The runs of issue 77 that wait for the sweep, not finished yet, as the finished runs plan them: the
     pre-norm check at the post-norm column's chosen point (part 2), the pre-norm families' sweep where the
-    check calls for one, and the converged runs again at the sweep's recipes (part 3).  Phase 2 asks again
-    after each round, since each of these can wait for the one before."""
+    check calls for one, and the converged runs again at the sweep's recipes (part 3).  The scheduler asks
+    again after each finished run (``run_all``'s ``more``), since each of these can wait for the one before."""
     done, runs = finished(study.work, study.records), []
     if "postnorm-sweep" in only:
         runs += prenorm_check_runs(p, done) + prenorm_sweep_runs(p, done)

@@ -636,6 +636,10 @@ class _NllStudy:
     """A Study that trains nothing: every run "finishes" with the valid NLL ``nll(run)`` and a command
     that carries its recipe (as fairseq-train's would); the names it trained are kept, in order."""
 
+    from study.run import Study
+    run_all, selected = Study.run_all, Study.selected  # the study's own scheduler, with the training faked
+    p, select, short_first = CPU, None, False
+
     def __init__(self, work, nll):
         self.work, self.nll, self.trained, self.records = work, nll, [], None
 
@@ -643,20 +647,19 @@ class _NllStudy:
         done = self.work / "runs" / name / "done.json"
         return json.loads(done.read_text()) if done.exists() else None
 
-    def run_all(self, runs, jobs):
-        out = {}
-        for r in runs:
-            done = self.work / "runs" / r.name / "done.json"
-            if not done.exists():
-                self.trained.append(r.name)
-                done.parent.mkdir(parents=True, exist_ok=True)
-                lr, w = r.lr or CPU.lr, r.warmup or CPU.warmup
-                done.write_text(json.dumps({
-                    "name": r.name, "system": r.system, "seed": r.seed, "diverged": False, "bleu": 20.0,
-                    "valid_nll": self.nll(r), "returncode": 0,
-                    "command": f"fairseq-train --lr {lr:g} --warmup-updates {w} --optimizer {r.optimizer or 'adam'}"}))
-            out[r.name] = json.loads(done.read_text())
-        return out
+    def train(self, r):
+        from study.run import write_atomic
+
+        done = self.work / "runs" / r.name / "done.json"
+        if not done.exists():
+            self.trained.append(r.name)
+            done.parent.mkdir(parents=True, exist_ok=True)
+            lr, w = r.lr or CPU.lr, r.warmup or CPU.warmup
+            write_atomic(done, json.dumps({  # as Study._save writes it: the scheduler reads while others write
+                "name": r.name, "system": r.system, "seed": r.seed, "diverged": False, "bleu": 20.0,
+                "valid_nll": self.nll(r), "returncode": 0,
+                "command": f"fairseq-train --lr {lr:g} --warmup-updates {w} --optimizer {r.optimizer or 'adam'}"}))
+        return json.loads(done.read_text())
 
 
 @pytest.mark.parametrize("prenorm_prefers_the_column", [True, False])
@@ -788,3 +791,30 @@ def test_the_retuned_mark_names_a_pre_norm_familys_own_point_only_where_its_sent
     msc = sentence("MSC")
     assert re.search(rf"{n} layers: better \(\+[\d.]+\)[^;]* \[retuned\]", msc) and own in msc, msc
     assert own not in sentence("DeepNorm")
+
+
+def test_a_long_run_of_the_first_phase_does_not_hold_back_the_tuning_chain(tmp_path):
+    """With --jobs 2, Admin's large-batch run (phase 1, hours on a CPU) used to keep the second slot idle
+    until it ended, since the tuning chain (the pre-norm check, the pre-norm sweep, the retuned converged
+    runs) was planned only after the whole phase.  Now each finished run lets the chain go on at once: here
+    the large-batch run ends only after a retuned run (planned once the sweep has chosen) has started in the
+    other slot."""
+    import threading
+
+    from study import run as runner
+
+    chain_started = threading.Event()
+
+    class Study(_NllStudy):
+        def train(self, r):
+            if r.name == plan.bigbatch_name(CPU):
+                assert chain_started.wait(60), "the tuning chain waited for the large-batch run"
+            elif r.name.startswith("retuned-"):  # planned only once the sweep has chosen
+                chain_started.set()
+            return super().train(r)
+
+    study = Study(tmp_path, lambda r: 4.0 if (r.lr, r.warmup) == (2e-3, 1000) else 5.0)
+    runner.run_study(study, CPU, ["postnorm-sweep", "converged", "postnorm-diag"], [1, 2], jobs=2)
+    big = study.trained.index(plan.bigbatch_name(CPU))
+    assert chain_started.is_set() and big > min(i for i, x in enumerate(study.trained) if x.startswith("retuned-"))
+    assert len(study.trained) == len(set(study.trained))  # every run trained once
