@@ -863,18 +863,27 @@ NEW_RUNS_ONLY = ("converged_cap", "converged_patience", "curve_every", "sweep_up
                  "diag_updates", "diag_every", "bigbatch_freq")
 
 
+#: the settings of runs that exist only while the setting is on (non-zero, non-empty): the sweep's, the
+#: diagnostics' and the large batch's.  A directory stamped with one off holds none of those runs.
+SWITCHED_ON = ("sweep_updates", "sweep_grid", "diag_updates", "diag_every", "bigbatch_freq")
+
+
 def grow_grid(stamp: Path, settings: Dict[str, object]) -> None:
-    """A sweep grid that only grew keeps the directory's runs: each sweep run is named by its point, so
-    every finished point stays valid; the stamp takes the larger grid (issue 77: the grid grew by a rate
-    beyond its edge).  A grid that lost a point, or any other change, is left to the guard to refuse."""
+    """Settings that change no run of the directory are taken into its stamp: a sweep grid that only grew
+    (each sweep run is named by its point, so every finished point stays valid; issue 77: the grid grew by
+    a rate beyond its edge), and a setting of :data:`SWITCHED_ON` that was off (a report of a preset
+    without the sweep stamps ``sweep_grid: []``; turning the sweep on later adds runs, changes none).  A
+    grid that lost a point, or any other change, is left to the guard to refuse."""
     if not stamp.exists():
         return
     old = json.loads(stamp.read_text())
-    then = {tuple(pt) for pt in old.get("sweep_grid") or ()}
-    now = {tuple(pt) for pt in settings.get("sweep_grid") or ()}
-    if then and then < now:
-        old["sweep_grid"] = json.loads(json.dumps(settings["sweep_grid"]))
-        stamp.write_text(json.dumps(old, indent=2, sort_keys=True) + "\n")
+    now = json.loads(json.dumps(settings))
+    taken = {k: now[k] for k in SWITCHED_ON if k in old and not old[k] and now.get(k)}
+    then_grid = {tuple(pt) for pt in old.get("sweep_grid") or ()}
+    if then_grid and then_grid < {tuple(pt) for pt in now.get("sweep_grid") or ()}:
+        taken["sweep_grid"] = now["sweep_grid"]
+    if taken:
+        stamp.write_text(json.dumps({**old, **taken}, indent=2, sort_keys=True) + "\n")
 
 
 def stamp_settings(d: Path, p: Preset, flag: str) -> None:

@@ -481,7 +481,12 @@ class Study:
                 for f in done:
                     out[running.pop(f).name] = f.result()
                 if more is not None:
-                    add(more())
+                    try:
+                        add(more())
+                    except Exception as e:  # a planning error must not idle the slots while the others train
+                        log(f"the runs that wait for finished ones could not be planned ({type(e).__name__}: {e}); "
+                            "this command plans them again after the runs it has started")
+                        more = None
         return {**kept, **out}
 
 
@@ -498,13 +503,14 @@ def _pattern_index(name: str, patterns: Sequence[str]) -> Optional[int]:
 
 
 def _cost(r: Run, p: Preset) -> float:
-    """The run's relative training time (for the order of the runs): layers times updates."""
+    """The run's relative training time (for the order of the runs): layers times micro-batches."""
     from deepnmt_fairseq.memories.msc import encoder_layers_of
 
     flags = dict(zip(r.model[:-1], r.model[1:]))  # a flag given twice: the last wins, as in fairseq
     dec = int(flags.get("--decoder-layers", 0))
     enc = int(flags.get("--encoder-layers", 0)) or encoder_layers_of(flags.get("--msc-block-layers"), dec) or 0
-    return (enc + 1.5 * dec + 2) * (r.updates or p.updates) * (2.5 if "collapse_reducing" in r.crit else 1.0)
+    return ((enc + 1.5 * dec + 2) * (r.updates or p.updates) * (r.update_freq or 1)
+            * (2.5 if "collapse_reducing" in r.crit else 1.0))
 
 
 def _portable(cmd: Sequence[str]) -> str:

@@ -796,25 +796,46 @@ def test_the_retuned_mark_names_a_pre_norm_familys_own_point_only_where_its_sent
 def test_a_long_run_of_the_first_phase_does_not_hold_back_the_tuning_chain(tmp_path):
     """With --jobs 2, Admin's large-batch run (phase 1, hours on a CPU) used to keep the second slot idle
     until it ended, since the tuning chain (the pre-norm check, the pre-norm sweep, the retuned converged
-    runs) was planned only after the whole phase.  Now each finished run lets the chain go on at once: here
-    the large-batch run ends only after a retuned run (planned once the sweep has chosen) has started in the
-    other slot."""
+    runs) was planned only after the whole phase.  Now each finished run lets the chain go on at once.  The
+    large-batch run, the phase's costliest (16 micro-batches an update: `_cost` counts them), starts first
+    and holds its slot until a retuned run (planned once the sweep has chosen) has finished in the other."""
     import threading
 
     from study import run as runner
 
-    chain_started = threading.Event()
+    chain_ran, started = threading.Event(), []
+    big = plan.bigbatch_name(CPU)
 
     class Study(_NllStudy):
         def train(self, r):
-            if r.name == plan.bigbatch_name(CPU):
-                assert chain_started.wait(60), "the tuning chain waited for the large-batch run"
-            elif r.name.startswith("retuned-"):  # planned only once the sweep has chosen
-                chain_started.set()
-            return super().train(r)
+            started.append(r.name)
+            if r.name == big:
+                assert chain_ran.wait(60), "the tuning chain waited for the large-batch run"
+            out = super().train(r)
+            if r.name.startswith("retuned-"):
+                chain_ran.set()
+            return out
 
     study = Study(tmp_path, lambda r: 4.0 if (r.lr, r.warmup) == (2e-3, 1000) else 5.0)
     runner.run_study(study, CPU, ["postnorm-sweep", "converged", "postnorm-diag"], [1, 2], jobs=2)
-    big = study.trained.index(plan.bigbatch_name(CPU))
-    assert chain_started.is_set() and big > min(i for i, x in enumerate(study.trained) if x.startswith("retuned-"))
-    assert len(study.trained) == len(set(study.trained))  # every run trained once
+    assert started[0] == big and chain_ran.is_set()
+    assert study.trained.index(big) > min(i for i, x in enumerate(study.trained) if x.startswith("retuned-"))
+    assert len(study.trained) == len(set(study.trained))  # none trained twice
+
+
+def test_a_setting_that_was_off_in_the_stamp_is_taken_and_one_that_changes_runs_is_refused(tmp_path):
+    """A report of a preset without the sweep stamps its work directory with `sweep_grid: []`; turning the
+    sweep (or the diagnostics, or the large batch) on later adds runs and changes none, so the stamp takes
+    the new setting.  A changed setting of runs that may exist (the sweep's budget once on) is refused."""
+    import dataclasses
+
+    off = dataclasses.replace(CPU, sweep_updates=0, sweep_grid=(), diag_updates=0, bigbatch_freq=0)
+    plan.stamp_settings(tmp_path, off, "--work-dir")
+    plan.stamp_settings(tmp_path, CPU, "--work-dir")  # switched on: taken
+    stamp = json.loads((tmp_path / "preset.json").read_text())
+    assert stamp["sweep_updates"] == CPU.sweep_updates and stamp["bigbatch_freq"] == CPU.bigbatch_freq
+    assert [tuple(pt) for pt in stamp["sweep_grid"]] == list(CPU.sweep_grid)
+    with pytest.raises(SystemExit, match='sweep_updates'):
+        plan.stamp_settings(tmp_path, dataclasses.replace(CPU, sweep_updates=CPU.sweep_updates + 1), "--work-dir")
+    with pytest.raises(SystemExit, match='"lr"'):
+        plan.stamp_settings(tmp_path, dataclasses.replace(off, lr=CPU.lr * 2), "--work-dir")
