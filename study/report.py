@@ -463,7 +463,7 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
     if p.sweep_updates:
         lines += sweep_section(p, results)
     if p.diag_updates:
-        lines += diag_section(p, results)
+        lines += diag_section(p, results, unfinished)
     if p.sweep_updates and p.converged_cap:
         lines += column_calls_section(p, results)
 
@@ -651,7 +651,7 @@ def _at(log: List[dict], update: int) -> Optional[dict]:
     return before[-1] if before else None
 
 
-def diag_section(p, results: Dict[str, dict]) -> List[str]:
+def diag_section(p, results: Dict[str, dict], unfinished: Optional[Dict[str, dict]] = None) -> List[str]:
     """Section 5b: why a post-norm family fails (issue 77, part 4): DeepNet's and Admin's diagnostics
     (the relative output change of encoder layers 1, N/2 and N on a fixed probe batch since the start,
     ``--log-change-norms``) of the diagnostic runs, and Admin's large batch against its 2K-token sweep run."""
@@ -698,17 +698,21 @@ def diag_section(p, results: Dict[str, dict]) -> List[str]:
         res, small = results.get(r.name), results.get(sweep_name(fam, n, lr, w))
         marks = [u for u in range(p.diag_updates // 4, p.diag_updates + 1, p.diag_updates // 4)]
 
-        def curve(rec):
+        part = None if res is not None else (unfinished or {}).get(r.name)  # a deadline's partial record
+
+        def curve(rec, upto=math.inf):
             if rec is None:
                 return ["…"] * len(marks)
             log = [(u, v) for u, v in rec.get("valid_log") or []]
-            return [next((f"{v:.2f}" for u, v in reversed(log) if u <= m), "—") for m in marks]
+            return [next((f"{v:.2f}" for u, v in reversed(log) if u <= m), "—") if m <= upto else "…" for m in marks]
 
         out += ["", f"Is the batch the cause? {fam} at {n} layers, {point_text(lr, w)}, valid NLL (fairseq's, the training "
                 f"model) by update with {p.bigbatch_freq} x {p.max_tokens} tokens an update (`--update-freq "
                 f"{p.bigbatch_freq}`: Admin's 32K) against its sweep run at {p.max_tokens}:", "",
                 "| tokens an update | " + " | ".join(f"@{m}" for m in marks) + " |", "|---" * (len(marks) + 1) + "|",
-                f"| {p.bigbatch_freq * p.max_tokens} | " + " | ".join(curve(res)) + " |",
+                f"| {p.bigbatch_freq * p.max_tokens}"
+                + (f" (unfinished: {part['updates']} updates, section 1c)" if part else "") + " | "
+                + " | ".join(curve(res) if part is None else curve(part, part.get("updates") or 0)) + " |",
                 f"| {p.max_tokens} | " + " | ".join(curve(small)) + " |"]
     return out + [""]
 

@@ -839,3 +839,20 @@ def test_a_setting_that_was_off_in_the_stamp_is_taken_and_one_that_changes_runs_
         plan.stamp_settings(tmp_path, dataclasses.replace(CPU, sweep_updates=CPU.sweep_updates + 1), "--work-dir")
     with pytest.raises(SystemExit, match='"lr"'):
         plan.stamp_settings(tmp_path, dataclasses.replace(off, lr=CPU.lr * 2), "--work-dir")
+
+
+def test_the_large_batch_table_shows_an_unfinished_runs_curve_up_to_its_last_update():
+    """Admin's large batch trains for hours: a deadline's partial record fills its row up to the update it
+    reached, marked unfinished, and never carries a value past it; the finished record replaces it."""
+    from study.report import diag_section
+
+    big = plan.bigbatch_name(CPU)
+    log = [(u, 10.0 - u / 100) for u in range(10, 631, 10)]
+    part = {big: {"updates": 630, "valid_log": log, "unfinished": True}}
+    row = next(x for x in diag_section(CPU, {}, part) if x.startswith(f"| {CPU.bigbatch_freq * CPU.max_tokens}"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert "unfinished: 630 updates" in cells[0]
+    assert cells[1:] == ["7.50", "5.00", "…", "…"]  # @250, @500 read; @750 and @1000 not reached
+    done = {big: {"name": big, "valid_log": log + [(1000, 1.0)], "valid_nll": 3.0}}
+    row = next(x for x in diag_section(CPU, done, part) if x.startswith(f"| {CPU.bigbatch_freq * CPU.max_tokens}"))
+    assert "unfinished" not in row and row.rstrip(" |").endswith("1.00")
