@@ -32,7 +32,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from deepnmt_fairseq.distill import plan as gpkd_plan
 from deepnmt_fairseq.jobs.fairseq_argv import fairseq_train, user_dir
-from deepnmt_fairseq.jobs.runner import RunError, Runner
+from deepnmt_fairseq.jobs.runner import RunError, Runner, write_atomic
 from deepnmt_fairseq.jobs.stage import Stage, make_log
 from .launcher import Deadline, Launcher
 from .plan import (
@@ -488,13 +488,6 @@ class Study:
                             "this command plans them again after the runs it has started")
                         more = None
         return {**kept, **out}
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``path`` whole or not at all (a reader in another thread or command never sees half of it)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def _pattern_index(name: str, patterns: Sequence[str]) -> Optional[int]:

@@ -648,7 +648,7 @@ class _NllStudy:
         return json.loads(done.read_text()) if done.exists() else None
 
     def train(self, r):
-        from study.run import write_atomic
+        from deepnmt_fairseq.jobs.runner import write_atomic
 
         done = self.work / "runs" / r.name / "done.json"
         if not done.exists():

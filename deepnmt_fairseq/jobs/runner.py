@@ -83,10 +83,16 @@ def _read_json(path: Path) -> Optional[Dict]:
         return None
 
 
-def _write_json(path: Path, data: Dict) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all: a reader in another thread or process never sees half of it
+    (the temporary file is named by the process, so two processes never share one)."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data) + "\n")
+    tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def _write_json(path: Path, data: Dict) -> None:
+    write_atomic(path, json.dumps(data) + "\n")
 
 
 def settings_guard(work: Path, settings: Dict, name: str = "settings.json", flag: str = "--work-dir",
@@ -111,9 +117,7 @@ def settings_guard(work: Path, settings: Dict, name: str = "settings.json", flag
                         f"use another {flag}, or the same settings to resume")
         if not missing_as_default:
             return
-    tmp = stamp.with_suffix(".tmp")
-    tmp.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, stamp)
+    write_atomic(stamp, json.dumps(settings, indent=2, sort_keys=True) + "\n")
 
 
 def _resolve(name: str) -> str:
