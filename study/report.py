@@ -318,7 +318,9 @@ def write_report(results: Dict[str, dict], preset, path: Path, work: Path,
                      f"first), one `python -m study --preset {p.name} --order short-first --runs "
                      "PATTERN` after another, each with the runs not yet finished and their core-hours at the cap: "
                      + "; ".join(f"{i}. {what} (`{pat}`: {n} run{'s' if n > 1 else ''}, ≤ {h:.1f} core-hours)" if n else
-                                 f"{i}. {what} (`{pat}`): {'waits for the sweep' if pat in waiting else 'done'}"
+                                 f"{i}. {what} (`{pat}`): " + ("waits for the sweep" if pat in waiting else
+                                                               "done" if _matches(planned, pat) else
+                                                               "none planned")
                                  for i, (what, pat, n, h) in enumerate(order_budget(p, missing, results), 1))
                      + ". A stopped run resumes from the checkpoints in its work directory only: where `work/` "
                      "does not outlive a session (a fresh checkout each time), start only what finishes before "
@@ -833,7 +835,8 @@ def waiting_sentence(p, results: Dict[str, dict], planned: Sequence[str]) -> str
     parts = []
     if checks:
         point = postnorm_point(p, results, provisional=True)
-        parts.append(f"the pre-norm check at {point_text(*point[:2])} ({', '.join(checks)}: ≤ "
+        at = f" at {point_text(*point[:2])}" if point else ""  # no family has chosen yet: own-point runs only
+        parts.append(f"the pre-norm check{at} ({', '.join(checks)}: ≤ "
                      f"{remaining_hours(p, checks, results):.1f} core-hours)")
     if conv:
         like, guess = [], 0.0
@@ -859,6 +862,13 @@ def _threads(machine: dict) -> int:
         return int(machine.get("threads") or 1)
     except (TypeError, ValueError):
         return 1
+
+
+def _matches(names: Sequence[str], pat: str) -> bool:
+    """Whether any of ``names`` matches the ``--runs`` pattern ``pat``."""
+    import fnmatch
+
+    return any(fnmatch.fnmatchcase(n, pat) for n in names)
 
 
 def order_budget(p, missing: List[str], results: Dict[str, dict]) -> List[Tuple[str, str, int, float]]:

@@ -1174,6 +1174,25 @@ def test_the_status_line_names_finished_records_the_plan_no_longer_holds(tmp_pat
     assert "the plan no longer holds" not in report.read_text()
 
 
+def test_a_step_of_the_order_with_no_planned_run_says_so_instead_of_done(tmp_path):
+    """The status line's order: a step whose planned runs all finished reads "done"; one whose pattern
+    no planned run matches (the GPU preset plans no sweep, no diagnostics) reads "none planned"."""
+    from study import plan
+    from study import report as study_report
+
+    p = plan.PRESETS["cpu"]
+    rec = {"train_seconds": 1000.0, "losses": [[1600, 3.0]]}
+    results = {n: dict(rec, name=n, system=n[:-3], seed=1) for n in ("prenorm-12-s1", "prenorm-6-matched-s1")}
+    report = tmp_path / "report.md"
+    for matched, says in ((["prenorm-6-matched-s1"], "done"), ([], "none planned")):
+        study_report.write_report(results, p, report, tmp_path, planned=["conv-prenorm-12-s1"] + matched,
+                                  records=tmp_path / "records")
+        text = report.read_text()
+        assert "(`conv-*-12-s1`: 1 run" in text
+        assert f"(`*-matched-s*`): {says};" in text
+        assert "(`diag-*`): none planned;" in text and "(`diag-*`): done" not in text
+
+
 @pytest.mark.parametrize("after", ["deadline", "error", "finished"])
 def test_a_signal_to_the_study_command_writes_the_report_and_exits_128_plus_the_signal(tmp_path, monkeypatch, after):
     """study/cli.py runs the study under ``Launcher.stopping_on_signals``: a SIGTERM in the
