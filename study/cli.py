@@ -13,7 +13,9 @@ Each finished run's result is also kept as a *record* (``--records``, committed 
 ``benchmarks/results/fidelity/<preset>/<run>.json``), so that a fresh clone, whose ``work/`` is
 empty, reuses it too and regenerates the same report.  A run that still needs the checkpoint of a
 recorded run (the GPKD teacher for the SKD data, stage 1 of the skipping study) retrains that run
-in the work directory first (:meth:`study.run.Study.rebuild`).
+in the work directory first (:meth:`study.run.Study.rebuild`).  The data is rebuilt too, and checked:
+``<records>/data.json`` holds the sha256 of every binarized file the records' runs read, and a command
+whose rebuilt data differs stops before it trains, naming the files (:func:`study.run.check_data`).
 ``--deadline-minutes`` stops the running commands at a wall-clock limit (exit code 3), for
 machines lent in 10-minute commands: the same command goes on.  SIGTERM or SIGINT during the runs
 (not the data preparation before them) stops the study the same way within a second (exit code
@@ -79,7 +81,7 @@ from .launcher import Deadline
 from .plan import PRESETS, STUDIES, dd_depth, finished, outputs, planned, stamp_settings
 from .report import is_committed, write_report
 from .retune import write as write_retune
-from .run import Study, log, prepare, run_study
+from .run import Study, check_data, log, prepare, run_study
 
 
 def main(argv=None):
@@ -142,7 +144,9 @@ def main(argv=None):
     deadline = None if a.deadline_minutes is None else time.time() + 60 * a.deadline_minutes
     stopped, signalled = False, None
     if a.prepare_only:
-        log(f"data ready: {prepare(p, work)[0]}")
+        data = prepare(p, work)[0]
+        check_data(data, records)
+        log(f"data ready: {data}")
         return 0
     if a.runs and not a.report_only:
         import fnmatch
@@ -159,6 +163,7 @@ def main(argv=None):
             ap.error("--cuda: torch sees no CUDA device here (torch.cuda.is_available() is False)")
     if not a.report_only:
         data, tok = prepare(p, work)
+        check_data(data, records)  # the records' runs were trained on this data, or the study stops here
         study = Study(p, work, data, tok, a.threads, a.order == "short-first", fork=not a.exec, deadline=deadline,
                       records=records, select=a.runs, add_statistics=a.add_statistics, cuda=a.cuda)
         try:

@@ -919,12 +919,19 @@ def partials(records: Optional[Path], results: Dict[str, dict]) -> Dict[str, dic
             if f.stem not in results}
 
 
+#: the fingerprint of the binarized data that a records directory's runs were trained and scored on
+#: (:func:`study.run.check_data`)
+DATA_STAMP = "data.json"
+#: the files of a records directory that are not runs: the settings stamp, the deep-decoder depth, the data stamp
+NOT_RUNS = ("preset.json", "dd-depth.json", DATA_STAMP)
+
+
 def finished(work: Path, records: Optional[Path] = None) -> Dict[str, dict]:
     """Every finished run, by name: the records, and the work directory's ``done.json`` files (which
     win: a record is a copy of one, except where a rebuild did not reproduce it)."""
     out = {} if records is None else {
         f.stem: json.loads(f.read_text()) for f in sorted(records.glob("*.json"))
-        if f.name not in ("preset.json", "dd-depth.json") and not f.name.endswith(".rebuilt.json")}
+        if f.name not in NOT_RUNS and not f.name.endswith(".rebuilt.json")}
     out.update({d.parent.name: json.loads(d.read_text()) for d in sorted((work / "runs").glob("*/done.json"))})
     return dict(sorted(out.items()))
 

@@ -36,7 +36,7 @@ from deepnmt_fairseq.jobs.runner import RunError, Runner, write_atomic
 from deepnmt_fairseq.jobs.stage import Stage, make_log
 from .launcher import Deadline, Launcher
 from .plan import (
-    REPO, REPRODUCED, Preset, Run, close_systems, choose_dd_depth, converged_runs, dd_compare_runs,
+    DATA_STAMP, REPO, REPRODUCED, Preset, Run, close_systems, choose_dd_depth, converged_runs, dd_compare_runs,
     dd_search_runs, finished, matched_updates, headline_pairs, independent_runs, model_flags, partial_path,
     record_path, prenorm_check_runs, prenorm_sweep_runs, postnorm_schedule, retuned_runs, seeded, ssl_stage1, teacher_run)
 
@@ -605,6 +605,50 @@ def prepare(p: Preset, work: Path) -> Tuple[Path, Path]:
             shutil.copy(f, data / f.name.replace("test.", "trainsample.", 1))
         shutil.rmtree(tmp)
     return data, tok
+
+
+def data_fingerprint(data: Path) -> dict:
+    """sha256 of every file fairseq reads from the binarized directory (its dictionaries, ``.bin`` and
+    ``.idx`` files), and one sha256 over them all."""
+    import hashlib
+
+    from deepnmt_data.prepare.archives import hash_file
+
+    files = {f.name: hash_file(f)["sha256"] for f in sorted(data.iterdir())
+             if f.is_file() and (f.suffix in (".bin", ".idx") or (f.name.startswith("dict.") and f.suffix == ".txt"))}
+    if not files:
+        raise SystemExit(f"{data}: no binarized data (dict.*.txt, *.bin, *.idx) to fingerprint")
+    whole = hashlib.sha256("".join(f"{k} {v}\n" for k, v in files.items()).encode()).hexdigest()
+    return {"sha256": whole, "files": files}
+
+
+def check_data(data: Path, records: Path) -> dict:
+    """Refuse to add runs to a records directory whose runs were trained on other data.  The study
+    rebuilds its data on every new machine or work directory (tokenization, BPE, binarization are
+    deterministic); this guard makes that a checked fact, not an assumption: the first command stamps
+    ``<records>/data.json``, and a command whose rebuilt data differs stops before training, naming the
+    files that differ.  A records directory made before the stamp existed is stamped by its next command
+    (issue 77: the records of 2026-12-07 on; the earlier ones were checked by a restarted run's valid NLL,
+    identical at every validation from update 50 on)."""
+    stamp = records / DATA_STAMP
+    now = data_fingerprint(data)
+    if stamp.exists():
+        old = json.loads(stamp.read_text())
+        if old.get("sha256") != now["sha256"]:
+            was, is_ = old.get("files", {}), now["files"]
+            differ = sorted(k for k in set(was) | set(is_) if was.get(k) != is_.get(k))
+            raise SystemExit(
+                f"the binarized data in {data} is not the data the runs of {records} were trained on "
+                f"({stamp.name}: sha256 {old.get('sha256', '?')[:16]}, now {now['sha256'][:16]}; files that differ: "
+                f"{', '.join(differ)}).  Its finished runs would be compared with runs on other data.  Build the data "
+                f"as they were (the same corpus, BPE merges and code), or give this data its own --records and "
+                f"--work-dir")
+        return old
+    records.mkdir(parents=True, exist_ok=True)
+    write_atomic(stamp, json.dumps({**now, "stamped": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
+                                   indent=1, sort_keys=True) + "\n")
+    log(f"stamped {stamp} with the data's fingerprint (sha256 {now['sha256'][:16]})")
+    return now
 
 
 def _subset(corpus: Path, out: Path, train: int, held_out: int) -> Path:

@@ -218,7 +218,7 @@ def test_tiny_study_runs_every_comparison_with_two_seeds_and_resumes(tmp_path):
     # every result is also a record (committed for the real presets; a fresh clone reuses them:
     # test_a_fresh_clone_reuses_the_records_and_rebuilds_only_what_a_lost_run_needs)
     records = work / "records"
-    assert {f.stem for f in records.glob("*.json")} - {"preset", "dd-depth"} == set(done)
+    assert {f.stem for f in records.glob("*.json") if f.name not in plan.NOT_RUNS} == set(done)
     assert all(json.loads((records / f"{n}.json").read_text()) == r for n, r in done.items())
     assert json.loads((records / "dd-depth.json").read_text())["depth"] == dec
 
@@ -666,6 +666,43 @@ def test_prepare_only_builds_the_data_and_trains_nothing(tmp_path):
         assert (work / "data-bin" / f"{split}.en-de.de.bin").stat().st_size > 0, split
     assert len((work / "tok" / "trainsample.raw.de").read_text().splitlines()) == plan.PRESETS["tiny"].train_sample
     assert not (work / "runs").exists() and not report.exists()
+
+
+def test_rebuilt_data_is_checked_against_the_records_fingerprint(tmp_path):
+    """The records' runs were trained on the data their directory's ``data.json`` names: a second work
+    directory rebuilds the same data (tokenization, BPE and binarization are deterministic) and passes
+    the check; data that differs stops the study before it trains, naming the files that differ, and
+    leaves the stamp as it was.  Files fairseq does not read (the preprocessing log) are not part of it."""
+    from study import cli as study_cli
+
+    records = tmp_path / "records"
+    argv = lambda work: ["--preset", "tiny", "--work-dir", str(work), "--report", str(tmp_path / "r.md"),
+                         "--records", str(records), "--prepare-only"]
+    assert study_cli.main(argv(tmp_path / "a")) == 0
+    stamp = json.loads((records / "data.json").read_text())
+    assert {"dict.en.txt", "dict.de.txt", "train.en-de.en.bin", "valid.en-de.de.idx",
+            "trainsample.en-de.de.bin"} <= set(stamp["files"]) and "preprocess.log" not in stamp["files"]
+    assert study_cli.main(argv(tmp_path / "b")) == 0  # rebuilt from scratch: the same bytes
+    assert json.loads((records / "data.json").read_text()) == stamp
+    (tmp_path / "b" / "data-bin" / "preprocess.log").write_text("another log\n")
+    assert study_cli.main(argv(tmp_path / "b")) == 0
+    dict_de = tmp_path / "b" / "data-bin" / "dict.de.txt"
+    dict_de.write_text(dict_de.read_text().replace(" ", "  ", 1))
+    with pytest.raises(SystemExit, match=r"files that differ: dict\.de\.txt\)"):
+        study_cli.main(argv(tmp_path / "b"))
+    with pytest.raises(SystemExit, match="dict.de.txt"):  # a training command stops there too
+        study_cli.main(argv(tmp_path / "b")[:-1] + ["--only", "ssl"])
+    assert not (tmp_path / "b" / "runs").exists()
+    assert json.loads((records / "data.json").read_text()) == stamp
+
+
+def test_the_committed_records_name_their_data():
+    """Each committed preset with records has its data stamp (a fresh clone checks its rebuilt data against it)."""
+    from study import plan
+
+    for preset in ("cpu",):
+        stamp = json.loads((plan.REPO / plan.RECORDS / preset / "data.json").read_text())
+        assert len(stamp["sha256"]) == 64 and len(stamp["files"]) == 18, stamp.get("files")
 
 
 def test_only_the_committed_presets_write_into_the_repository_by_default(tmp_path):
@@ -1346,9 +1383,9 @@ def test_a_still_improving_run_is_marked_in_the_table_and_in_its_calls():
 
 def test_every_committed_record_says_its_cpu_isa_and_threads():
     """Round 3 backfilled the machine of every record ("unknown" where nothing says it)."""
-    from study.plan import RECORDS, REPO
+    from study.plan import NOT_RUNS, RECORDS, REPO
 
-    files = [f for f in (REPO / RECORDS).rglob("*.json") if f.name not in ("preset.json", "dd-depth.json")]
+    files = [f for f in (REPO / RECORDS).rglob("*.json") if f.name not in NOT_RUNS]
     assert len(files) > 150
     for f in files:
         m = json.loads(f.read_text()).get("machine") or {}
