@@ -628,8 +628,9 @@ def check_data(data: Path, records: Path) -> dict:
     deterministic); this guard makes that a checked fact, not an assumption: the first command stamps
     ``<records>/data.json``, and a command whose rebuilt data differs stops before training, naming the
     files that differ.  A records directory made before the stamp existed is stamped by its next command
-    (issue 77: the records of 2026-12-07 on; the earlier ones were checked by a restarted run's valid NLL,
-    identical at every validation from update 50 on)."""
+    (issue 77: the cpu records were stamped on 2026-12-07; the earlier ones were checked by two restarted
+    runs' valid NLL against their partial records: equal to 3 decimals at updates 50-200 and within 0.003
+    to update 400, the drift of another CPU type, Intel Xeon against AMD EPYC)."""
     stamp = records / DATA_STAMP
     now = data_fingerprint(data)
     if stamp.exists():
