@@ -1255,11 +1255,13 @@ def test_a_signal_to_the_study_command_writes_the_report_and_exits_128_plus_the_
             started.append("a command")
 
     monkeypatch.setattr(study_cli, "prepare", lambda p, work: (work / "data-bin", work / "tok"))
+    checked = []  # the data check (its own test: test_rebuilt_data_is_checked_...) sees the prepared data
+    monkeypatch.setattr(study_cli, "check_data", lambda data, records: checked.append(data.name))
     monkeypatch.setattr(study_cli, "run_study", study_interrupted)
     work, report = tmp_path / "work", tmp_path / "fidelity.md"
     code = study_cli.main(["--preset", "tiny", "--work-dir", str(work), "--report", str(report), "--exec"])
     assert code == (0 if after == "finished" else 128 + signal.SIGTERM)
-    assert started == [0.0] and report.exists()
+    assert started == [0.0] and report.exists() and checked == ["data-bin"]
     assert signal.getsignal(signal.SIGTERM) is before
 
 
@@ -1272,6 +1274,7 @@ def test_the_cuda_flag_reaches_the_study_and_is_refused_without_a_gpu(tmp_path, 
 
     seen = []
     monkeypatch.setattr(study_cli, "prepare", lambda p, work: (work / "data-bin", work / "tok"))
+    monkeypatch.setattr(study_cli, "check_data", lambda data, records: None)
     monkeypatch.setattr(study_cli, "run_study", lambda study, *a: seen.append(study.cuda))
     argv = ["--preset", "tiny", "--work-dir", str(tmp_path / "work"), "--report", str(tmp_path / "r.md"), "--exec"]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
